@@ -1,0 +1,79 @@
+"""The ``evalkit`` command: parse, call the library, print, exit code.
+
+Commands are imported only when invoked, so ``evalkit score`` never pays for
+the runtime, DuckDB or an SDK it does not use. Exit codes (see EVAL.md):
+0 ok, 1 failures found (a mission failed, a suite is not gradeable),
+2 usage error or unreadable input, 3 an internal error in evalkit itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+import click
+
+from evalkit import __version__
+
+EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+#: command name -> ("module:attribute" of its click command, one-line help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "contract": ("evalkit.commands.contract:contract", "Print the mission stream contract."),
+    "check": ("evalkit.commands.scoring:check", "Refuse a suite that cannot be graded."),
+    "score": ("evalkit.commands.scoring:score", "Verdicts and KPIs from recorded streams."),
+    "ingest": ("evalkit.commands.tables:ingest", "Turn run directories into a Parquet dataset."),
+    "sql": ("evalkit.commands.tables:sql", "Query runs with DuckDB."),
+    "mission": ("evalkit.runtime.command:mission_command", "Run a governed agent mission."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        entry = COMMANDS.get(name)
+        if entry is None:
+            return None
+        module, _, attr = entry[0].partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Listing must not import every command (and the SDKs behind them).
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from evalkit.errors import EvalkitError
+
+        try:
+            return super().invoke(ctx)
+        except EvalkitError as exc:
+            click.echo(f"Error: {exc.message}", err=True)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:  # a bug in evalkit, never the user's input
+            if os.environ.get("EVALKIT_DEBUG"):
+                raise
+            click.echo(f"internal error in evalkit: {type(exc).__name__}: {exc} "
+                       "(set EVALKIT_DEBUG=1 for the traceback)", err=True)
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="evalkit")
+def main() -> None:
+    """Evaluate and replay LLM agent missions from their recordings."""
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

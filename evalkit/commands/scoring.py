@@ -1,0 +1,64 @@
+"""``evalkit check`` and ``evalkit score``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path),
+              help="Suite file (YAML/JSON) or a folder holding missions.yaml.")
+def check(suite_path: Path) -> None:
+    """Refuse a suite that cannot be graded, before spending a model."""
+    from evalkit.eval.check import check_path
+
+    result = check_path(suite_path)
+    if not result.ok:
+        click.echo(f"suite '{result.suite.name}' is not gradeable "
+                   f"({len(result.problems)} problems):", err=True)
+        for problem in result.problems:
+            click.echo(f"  - {problem}", err=True)
+        sys.exit(1)
+    click.echo(result.summary)
+
+
+@click.command()
+@click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path),
+              help="Suite file (YAML/JSON) or a folder holding missions.yaml.")
+@click.option("--runs", type=click.Path(path_type=Path),
+              help="Folder with one run directory (or events file) per mission key.")
+@click.option("--map", "mapping", multiple=True, metavar="KEY=PATH",
+              help="Score mission KEY from PATH (a run directory or events file). Repeatable.")
+@click.option("--dataset", type=click.Path(path_type=Path),
+              help="Score from a Parquet dataset written by `evalkit ingest` (DuckDB).")
+@click.option("--split", type=click.Choice(["train", "test", "all"]), default="all",
+              show_default=True, help="Which half to score.")
+@click.option("--engine", type=click.Choice(["auto", "python", "duckdb"]), default="auto",
+              show_default=True, help="How to read JSONL runs; auto picks by the number of runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--report", "report_dir", type=click.Path(path_type=Path),
+              help="Write report.json and report.md into this folder.")
+@click.option("--allow-failures", is_flag=True, help="Exit 0 even when a mission failed.")
+def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset: Path | None,
+          split: str, engine: str, as_json: bool, report_dir: Path | None,
+          allow_failures: bool) -> None:
+    """Verdicts and KPIs for a suite from recorded streams — no model needed."""
+    from evalkit.errors import EvalkitError
+    from evalkit.eval.check import gate_for_scoring
+    from evalkit.eval.score import parse_map
+    from evalkit.eval.score import score as score_suite
+    from evalkit.report.markdown import to_json, to_markdown, write_report
+
+    if runs is None and not mapping and dataset is None:
+        raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
+    suite = gate_for_scoring(suite_path, warn=lambda line: click.echo(line, err=True))
+    report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
+                         split=split, engine=engine).to_dict()
+    if report_dir is not None:
+        write_report(report, report_dir)
+    click.echo(to_json(report) if as_json else to_markdown(report), nl=False)
+    if not report["passed"] and not allow_failures:
+        sys.exit(1)

@@ -1,0 +1,61 @@
+"""``evalkit ingest`` and ``evalkit sql``: the Parquet dataset and DuckDB over it."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Dataset folder to write (default: FOLDER/dataset.parquet).")
+def ingest(folder: Path, out: Path | None) -> None:
+    """Turn every run directory under FOLDER into a Parquet dataset."""
+    from evalkit.errors import EvalkitError
+    from evalkit.store.ingest import ingest as ingest_runs
+
+    if not folder.is_dir():
+        raise EvalkitError(f"{folder} is not a folder of run directories")
+    result = ingest_runs(folder, out)
+    rate = result.bytes_read / 1e6 / result.seconds if result.seconds else 0.0
+    click.echo(f"ingested {result.runs} runs, {result.events} records into {result.out} "
+               f"({result.bytes_read / 1e6:.1f} MB at {rate:.0f} MB/s)")
+
+
+@click.command()
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True)
+def sql(folder: Path, query: str, fmt: str) -> None:
+    """Answer QUERY with DuckDB over the runs, events, model_calls and tool_calls tables.
+
+    FOLDER is a dataset written by `evalkit ingest`, or a folder of runs (ingested first).
+    """
+    from evalkit.eval.tables import query as run_query
+
+    columns, rows = run_query(folder, query)
+    if fmt == "json":
+        for row in rows:
+            click.echo(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False, default=str))
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    else:
+        click.echo(_table(columns, rows), nl=False)
+
+
+def _table(columns: list[str], rows: list[tuple]) -> str:
+    shown = [[("NULL" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in shown]) for i, c in enumerate(columns)]
+    line = " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+    out = [line, "-+-".join("-" * w for w in widths)]
+    out += [" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in shown]
+    out.append(f"({len(rows)} rows)")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,243 @@
+"""The mission stream, schema version 1, as data.
+
+This file is the seam between whoever runs a mission and whoever reads it.
+It is pure standard library and imports nothing else of evalkit's, so any
+consumer can vendor this one file and hold the whole contract.
+
+Compatibility: adding an event, an optional field, a CLI flag or an
+environment variable is a minor change. Renaming or removing a field, making
+an optional field required, or changing what a required field means is
+breaking and bumps ``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Every event name, in the order a run tends to produce them.
+EVENTS: tuple[str, ...] = (
+    "mission_started",
+    "step_started",
+    "reply_rejected",
+    "tool_call",
+    "tool_result",
+    "gate_requested",
+    "answer_delta",
+    "answer",
+    "grounding",
+    "mission_finished",
+    "model_state",
+)
+
+#: Required fields per event (besides ``event`` itself).
+FIELDS: dict[str, tuple[str, ...]] = {
+    "mission_started": ("schema_version", "objective", "catalogue", "gated", "max_steps", "history"),
+    "step_started": ("index",),
+    "reply_rejected": ("index", "problem"),
+    "tool_call": ("index", "tool", "arguments"),
+    "tool_result": (
+        "index", "tool", "arguments", "ok", "exit_code", "output", "error", "handle", "truncated",
+    ),
+    "gate_requested": ("index", "tool", "arguments", "reason"),
+    "answer_delta": ("index", "part", "text"),
+    "answer": ("text", "outcome"),
+    "grounding": (
+        "ran", "grounded", "verified", "repairs", "repairing", "caveat",
+        "unsupported", "silent", "uncited", "checks",
+    ),
+    "mission_finished": ("outcome", "steps", "max_steps"),
+    "model_state": ("state", "provider", "model"),
+}
+
+#: Optional fields per event; read with a default when absent.
+OPTIONAL: dict[str, tuple[str, ...]] = {
+    "mission_started": ("sandbox", "profile", "audit_ref", "run_id", "protocol", "granted"),
+    "step_started": (
+        "plan", "compacted", "resumed", "injected", "catalogue", "review", "artifacts",
+    ),
+    "reply_rejected": ("tool", "usage"),
+    "tool_call": ("usage", "call"),
+    "tool_result": ("call",),
+    "gate_requested": ("approval_id",),
+    "answer_delta": (),
+    "answer": ("usage",),
+    "grounding": (),
+    "mission_finished": ("usage", "budget", "reason", "elapsed_s"),
+    "model_state": ("index", "detail", "since_s", "retry_after_s"),
+}
+
+#: Optional on every event.
+COMMON_OPTIONAL: tuple[str, ...] = ("branch",)
+
+#: The closed set of outcome words.
+OUTCOMES: tuple[str, ...] = (
+    "answered",
+    "answered_with_caveat",
+    "awaiting_approval",
+    "budget_exhausted",
+    "incomplete",
+)
+
+OUTCOME_MEANINGS: dict[str, str] = {
+    "answered": "the mission produced an answer",
+    "answered_with_caveat": "an answer was produced and a caveat was appended to its text",
+    "awaiting_approval": "the model reached a gated tool; nothing was called",
+    "budget_exhausted": "an operator-set bound ran out; `budget` says which",
+    "incomplete": "the default word: crash, cancellation, replay ran off its recording, orphan closed",
+}
+
+#: Values of ``mission_finished.reason`` with a fixed meaning (never outcomes).
+REASONS: tuple[str, ...] = ("cancelled", "stuck")
+
+#: ``model_state.state`` values.
+MODEL_STATES: tuple[str, ...] = ("cold", "queued", "loading", "loaded", "failed", "absent")
+
+#: ``grounding.checks[].verdict`` values.
+CHECK_VERDICTS: tuple[str, ...] = ("unconfigured", "nothing_considered", "supported", "unsupported")
+
+#: Capability profiles, weakest first.
+PROFILES: tuple[str, ...] = ("safe", "dev", "research", "ops", "god")
+
+#: ``mission_started.sandbox`` values.
+SANDBOXES: tuple[str, ...] = ("bwrap", "none")
+
+#: Budget names carried in ``mission_finished.budget.which``.
+BUDGETS: tuple[str, ...] = ("steps", "seconds")
+
+
+def _flag(flag: str, value: str | None, meaning: str, *, repeatable: bool = False,
+          env: str | None = None, harness: bool = False) -> dict[str, Any]:
+    return {
+        "flag": flag,
+        "value": value,
+        "repeatable": repeatable,
+        "env": env,
+        "harness": harness,
+        "meaning": meaning,
+    }
+
+
+#: The flags ``evalkit mission`` publishes. A program that spawns a mission may
+#: rely on every one; ``harness: true`` marks the flags an eval harness sets
+#: itself, which a suite's mission must therefore not set.
+CLI_FLAGS: tuple[dict[str, Any], ...] = (
+    _flag("--events", "SINK", "where the stream goes: -, fd:N or a path (append)", harness=True),
+    _flag("--control", "SOURCE", "NDJSON commands in: inject, cancel, cancel_step, gate_decision",
+          harness=True),
+    _flag("--provider", "NAME", "model backend: openai, scripted or replay", env="EVALKIT_PROVIDER"),
+    _flag("--model", "NAME", "model name sent to the endpoint", env="EVALKIT_MODEL"),
+    _flag("--api-base", "URL", "OpenAI-compatible base URL (ends in /v1)", env="EVALKIT_API_BASE"),
+    _flag("--api-key", "KEY", "endpoint key; never recorded", env="EVALKIT_API_KEY"),
+    _flag("--script", "FILE", "scripted backend: a YAML/JSON list of replies served in order"),
+    _flag("--no-stream", None, "ask the endpoint for whole replies instead of a stream"),
+    _flag("--protocol", "json|native", "how the model calls tools (json is the default)"),
+    _flag("--mcp-stdio", "CMD", "an MCP tool server over stdio, namespaced mcp, mcp2, …",
+          repeatable=True),
+    _flag("--mcp-url", "URL", "an MCP tool server over streamable HTTP, namespaced like --mcp-stdio",
+          repeatable=True),
+    _flag("--skill", "PATH", "a skill manifest (SKILL.md); repeatable, first is primary",
+          repeatable=True),
+    _flag("--profile", "NAME", "capability profile: safe, dev, research, ops, god",
+          env="EVALKIT_PROFILE"),
+    _flag("--grant", "SCOPE", "add one capability scope for this run (never *)", repeatable=True),
+    _flag("--unsandboxed", None, "run tool subprocesses without bubblewrap", env="EVALKIT_SANDBOX"),
+    _flag("--gate-tool", "NAME", "offer a tool but let only a person approve its call",
+          repeatable=True),
+    _flag("--approval", "ID", "admit the tool of one approved request, once"),
+    _flag("--gate-wait", "SECONDS", "how long a standing gate waits for a control decision"),
+    _flag("--mission-steps", "N", "step ceiling (0 = none)"),
+    _flag("--mission-seconds", "S", "wall-clock ceiling in seconds"),
+    _flag("--no-supervisor", None, "switch off the stuck-loop supervisor"),
+    _flag("--swarm", None, "staged decomposition: triage, plan, steps, synthesis"),
+    _flag("--swarm-parallel", "N", "independent swarm steps run at once"),
+    _flag("--cassette", "PATH", "record/replay raw HTTP exchanges of the openai backend"),
+    _flag("--record-mode", "MODE", "cassette record mode: once, new_episodes, none, all"),
+    _flag("--tools", "recorded|live", "on replay: serve recorded tool results or dispatch live"),
+    _flag("--resume", "RUN", "continue an unfinished run", harness=True),
+    _flag("--replay", "RUN", "re-run a finished recording with no model", harness=True),
+)
+
+#: Environment variables a mission reads.
+ENV_VARS: dict[str, str] = {
+    "EVALKIT_RUNS": "run store root; none/off records nothing; unset = .evalkit/runs",
+    "EVALKIT_PROVIDER": "model backend when --provider is not given",
+    "EVALKIT_MODEL": "model name when --model is not given",
+    "EVALKIT_API_BASE": "endpoint base URL when --api-base is not given",
+    "EVALKIT_API_KEY": "endpoint key when --api-key is not given",
+    "EVALKIT_PROFILE": "capability profile when --profile is not given",
+    "EVALKIT_SANDBOX": "bwrap (refuse without it) or none (opt out)",
+    "EVALKIT_AUDIT": "audit log folder; none/off silences it",
+    "EVALKIT_APPROVALS": "approvals folder; none/off silences it",
+}
+
+#: What a process running a mission promises.
+EXIT_CONTRACT: tuple[str, ...] = (
+    "stdout is prose for a person and is never parsed; the event sink is the only machine channel",
+    "zero events written means the run failed, and the process exits non-zero with a reason on stderr",
+    "mission_finished always arrives",
+    "the first SIGTERM winds the mission up: incomplete with reason cancelled, sink flushed and closed",
+    "stderr diagnostics and free-text stream fields are scrubbed of credentials",
+    "a write error on the event sink never fails the mission",
+)
+
+
+def flag_names() -> tuple[str, ...]:
+    """Every published mission flag, as spelled on a command line."""
+    return tuple(f["flag"] for f in CLI_FLAGS)
+
+
+def harness_flags() -> tuple[str, ...]:
+    """The mission flags a harness sets itself."""
+    return tuple(f["flag"] for f in CLI_FLAGS if f["harness"])
+
+
+def conforms(record: Any) -> list[str]:
+    """Return the problems with one stream record; an empty list means it is one of ours.
+
+    Checks only what the contract promises: a mapping, schema version 1 when
+    stated, a known event, every required field present. Types are not
+    checked and extra keys are always allowed.
+    """
+    if not isinstance(record, Mapping):
+        return [f"not a mapping: {type(record).__name__}"]
+    problems: list[str] = []
+    if "schema_version" in record:
+        version = record["schema_version"]
+        if isinstance(version, bool) or version != SCHEMA_VERSION:
+            problems.append(f"schema_version is {version!r}, not {SCHEMA_VERSION}")
+    if "event" not in record:
+        problems.append("no 'event' field")
+        return problems
+    event = record["event"]
+    if not isinstance(event, str) or event not in FIELDS:
+        problems.append(f"unknown event {event!r}")
+        return problems
+    for field in FIELDS[event]:
+        if field not in record:
+            problems.append(f"{event}: missing required field '{field}'")
+    return problems
+
+
+def as_dict() -> dict[str, Any]:
+    """The whole contract as one JSON-ready mapping (what ``evalkit contract`` prints)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "events": list(EVENTS),
+        "fields": {e: list(FIELDS[e]) for e in EVENTS},
+        "optional": {e: list(OPTIONAL[e]) for e in EVENTS},
+        "common_optional": list(COMMON_OPTIONAL),
+        "outcomes": list(OUTCOMES),
+        "outcome_meanings": dict(OUTCOME_MEANINGS),
+        "reasons": list(REASONS),
+        "model_states": list(MODEL_STATES),
+        "check_verdicts": list(CHECK_VERDICTS),
+        "profiles": list(PROFILES),
+        "sandboxes": list(SANDBOXES),
+        "budgets": list(BUDGETS),
+        "cli_flags": [dict(f) for f in CLI_FLAGS],
+        "env_vars": dict(ENV_VARS),
+        "exit_contract": list(EXIT_CONTRACT),
+    }

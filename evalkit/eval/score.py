@@ -1,0 +1,232 @@
+"""Scoring a suite against recordings: locate each mission's stream, summarise
+it (plain JSONL fold or DuckDB), judge it, and total per half and per flag.
+
+Train and test are never blended: every total below is per half. A declared
+mission with no run stays in the denominator, so a half that never started
+cannot show 100%.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalkit.errors import EvalkitError
+from evalkit.eval.suite import SPLITS, Mission, Suite
+from evalkit.eval.summary import RunSummary, summarize
+from evalkit.eval.verdict import Verdict, judge
+from evalkit.store.layout import resolve_events, resolve_relative
+from evalkit.store.reader import read_events_file
+
+REPORT_FORMAT = "evalkit-score"
+REPORT_VERSION = 1
+ENGINES = ("auto", "python", "duckdb")
+#: Below this many runs the plain fold beats DuckDB's start-up.
+DUCKDB_FROM = 3000
+
+
+@dataclass
+class Located:
+    """Where one mission's stream is, or why there is none."""
+
+    key: str
+    events: Path | None
+    source: str | None
+    missing: str | None = None
+
+
+@dataclass
+class ScoreReport:
+    suite: str
+    split: str
+    engine: str
+    verdicts: list[Verdict]
+
+    @property
+    def all_passed(self) -> bool:
+        return all(v.passed for v in self.verdicts)
+
+    def halves(self) -> dict[str, dict[str, Any]]:
+        """Totals per half, and per flag within each half."""
+        out: dict[str, dict[str, Any]] = {}
+        for half in SPLITS:
+            if self.split not in ("all", half):
+                continue
+            in_half = [v for v in self.verdicts if v.split == half]
+            by_flag: dict[str, list[Verdict]] = {}
+            for v in in_half:
+                by_flag.setdefault(v.flag, []).append(v)
+            out[half] = {
+                "totals": totals(in_half),
+                "by_flag": {flag: totals(vs) for flag, vs in sorted(by_flag.items())},
+            }
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": REPORT_FORMAT,
+            "version": REPORT_VERSION,
+            "suite": self.suite,
+            "split": self.split,
+            "passed": self.all_passed,
+            "halves": self.halves(),
+            "verdicts": [v.as_dict() for v in self.verdicts],
+        }
+
+
+def totals(verdicts: list[Verdict]) -> dict[str, Any]:
+    """Counts and means over one group of verdicts (never across halves)."""
+    scored = [v for v in verdicts if not v.missing]
+    passed = sum(1 for v in verdicts if v.passed)
+    return {
+        "missions": len(verdicts),
+        "scored": len(scored),
+        "missing": len(verdicts) - len(scored),
+        "passed": passed,
+        "failed": len(verdicts) - passed,
+        "success_rate": round(passed / len(verdicts), 4) if verdicts else None,
+        "mean_steps": _mean(v.kpis["steps"] for v in scored),
+        "mean_wall_s": _mean(v.kpis["elapsed_s"] for v in scored),
+        "mean_tokens": _mean(v.kpis["tokens"] for v in scored),
+        "human_interventions": sum(v.kpis["human_interventions"] or 0 for v in scored),
+        "reply_rejected": sum(v.kpis["reply_rejected"] or 0 for v in scored),
+    }
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(sum(present) / len(present), 3) if present else None
+
+
+def missions_in(suite: Suite, split: str) -> list[Mission]:
+    if split not in ("all", *SPLITS):
+        raise EvalkitError(f"--split takes train, test or all, not {split!r}")
+    return [m for m in suite.missions if split == "all" or m.split == split]
+
+
+def locate(missions: list[Mission], runs: Path | None,
+           mapping: Mapping[str, str | Path]) -> list[Located]:
+    """Find each mission's events file: an explicit --map entry first, then --runs/<key>."""
+    if runs is not None and not runs.is_dir():
+        what = "is not a folder" if runs.exists() else "does not exist"
+        raise EvalkitError(f"--runs {runs} {what}")
+    keys = {m.key for m in missions}
+    for key in mapping:
+        if key not in keys:
+            raise EvalkitError(f"bad --map: the suite has no mission {key!r} in this split")
+    located = []
+    for m in missions:
+        if m.key in mapping:
+            target = Path(mapping[m.key])
+            located.append(_locate_one(m.key, target, str(mapping[m.key]), base=None))
+        elif runs is not None:
+            located.append(_locate_one(m.key, runs / m.key, None, base=runs))
+        else:
+            located.append(Located(m.key, None, None, "not run"))
+    return located
+
+
+def _locate_one(key: str, target: Path, label: str | None, base: Path | None) -> Located:
+    if not target.exists():
+        return Located(key, None, label, "not run")
+    events = resolve_events(target)
+    shown = label or target.name
+    if events is None:
+        return Located(key, None, label, f"no stream: no events.jsonl in {shown} or two levels below it")
+    if label is None and base is not None:
+        label = events.relative_to(base).as_posix()
+    return Located(key, events, label or events.as_posix())
+
+
+def summaries_python(located: list[Located]) -> dict[str, RunSummary | str]:
+    """The plain path: read and fold each stream in this process."""
+    out: dict[str, RunSummary | str] = {}
+    for loc in located:
+        if loc.events is None:
+            continue
+        try:
+            read = read_events_file(loc.events)
+        except EvalkitError as exc:
+            out[loc.key] = f"no stream: {exc.message}"
+            continue
+        out[loc.key] = summarize(read.records, read.lines, source=loc.source, skipped=read.skipped)
+    return out
+
+
+def summaries_duckdb(located: list[Located]) -> dict[str, RunSummary | str]:
+    from evalkit.eval import tables  # DuckDB is imported only on this path
+
+    files = [loc.events for loc in located if loc.events is not None]
+    root = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
+    by_path = tables.summaries_via_duckdb(root, files)
+    out: dict[str, RunSummary | str] = {}
+    for loc in located:
+        if loc.events is None:
+            continue
+        found = by_path.get(loc.events.relative_to(root).as_posix())
+        if found is None:
+            out[loc.key] = f"no stream: cannot read {loc.events}"
+            continue
+        found.source = loc.source
+        out[loc.key] = found
+    return out
+
+
+def score(suite: Suite, *, runs: str | Path | None = None,
+          mapping: Mapping[str, str | Path] | None = None, dataset: str | Path | None = None,
+          split: str = "all", engine: str = "auto") -> ScoreReport:
+    """Verdicts for every mission of ``suite`` in ``split`` from recorded streams."""
+    if engine not in ENGINES:
+        raise EvalkitError(f"--engine takes one of {', '.join(ENGINES)}, not {engine!r}")
+    missions = missions_in(suite, split)
+    if dataset is not None:
+        return _score_dataset(suite, missions, Path(dataset), split)
+    runs_path = Path(runs) if runs is not None else None
+    located = locate(missions, runs_path, mapping or {})
+    if not any(loc.events is not None for loc in located):
+        where = f"under {runs_path}" if runs_path is not None else "in the --map entries"
+        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a stream {where}")
+    present = sum(1 for loc in located if loc.events is not None)
+    chosen = engine if engine != "auto" else ("duckdb" if present >= DUCKDB_FROM else "python")
+    found = summaries_duckdb(located) if chosen == "duckdb" else summaries_python(located)
+    verdicts = []
+    for m, loc in zip(missions, located, strict=True):
+        summary = found.get(m.key)
+        if isinstance(summary, RunSummary):
+            verdicts.append(judge(m, summary, source=loc.source))
+        else:
+            verdicts.append(judge(m, None, source=loc.source, missing=summary or loc.missing))
+    return ScoreReport(suite.name, split, chosen, verdicts)
+
+
+def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: str) -> ScoreReport:
+    from evalkit.eval import tables
+
+    by_path = tables.summaries_from_dataset(dataset)
+    paths = sorted(by_path)
+    verdicts = []
+    for m in missions:
+        rel = resolve_relative(m.key, paths)
+        if rel is None:
+            verdicts.append(judge(m, None, missing="not run"))
+        else:
+            verdicts.append(judge(m, by_path[rel], source=rel))
+    if all(v.missing for v in verdicts) and verdicts:
+        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a run in {dataset}")
+    return ScoreReport(suite.name, split, "duckdb", verdicts)
+
+
+def parse_map(entries: Iterable[str]) -> dict[str, str]:
+    """``KEY=PATH`` entries of ``--map``; a malformed one is a usage error."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        key, sep, path = entry.partition("=")
+        if not sep or not key or not path:
+            raise EvalkitError(f"bad --map {entry!r}: write it as KEY=PATH")
+        if key in out:
+            raise EvalkitError(f"bad --map: mission {key!r} is mapped twice")
+        out[key] = path
+    return out

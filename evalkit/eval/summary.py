@@ -1,0 +1,192 @@
+"""A run folded into the few facts its verdict and KPIs are made of.
+
+Verdicts are never computed from raw records directly: a ``RunSummary`` sits
+between. Two producers fill it — ``summarize`` here, folding records read
+from JSONL, and the DuckDB path in ``evalkit.eval.tables`` aggregating a
+Parquet dataset — and one consumer (``evalkit.eval.verdict``) judges it. A
+test holds the two producers equal, which is what makes "both paths give the
+same verdicts" true by construction rather than by luck.
+
+Normalisation rules (both producers apply them through ``text``/``number``):
+a field that should be text but holds another JSON value is that value's
+compact JSON; a number is an int when integral, else a float; booleans and
+non-numbers in numeric fields are null. "Last" means last by file line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from evalkit.contract import conforms
+
+#: How many conformance problems a verdict quotes.
+PROBLEMS_QUOTED = 3
+
+
+@dataclass
+class RunSummary:
+    """Everything ``verdict`` and the KPIs read from one stream."""
+
+    source: str | None = None
+    records: int = 0
+    skipped: int = 0
+    #: Records that do not conform, and the first few problems as "line N: problem".
+    nonconforming: int = 0
+    problems: tuple[str, ...] = ()
+    # From the first mission_started.
+    started: bool = False
+    run_id: str | None = None
+    protocol: str | None = None
+    profile: str | None = None
+    sandbox: str | None = None
+    # From the last mission_finished.
+    finished: bool = False
+    outcome: str | None = None
+    reason: str | None = None
+    steps: int | float | None = None
+    max_steps: int | float | None = None
+    elapsed_s: int | float | None = None
+    budget: str | None = None
+    prompt_tokens: int | float | None = None
+    completion_tokens: int | float | None = None
+    total_tokens: int | float | None = None
+    model_calls: int | float | None = None
+    cost: int | float | None = None
+    # Counts and sequences over the whole stream.
+    steps_started: int = 0
+    tools_called: tuple[str, ...] = ()
+    gate_tools: tuple[str, ...] = ()
+    rejected_tools: tuple[str, ...] = ()
+    reply_rejected: int = 0
+    refusals: int = 0
+    staged: bool = False
+    injected: int = 0
+    # From the last answer.
+    answered: bool = False
+    answer: str | None = None
+    # Grounding: any record at all, and the last verdict record (repairing false).
+    grounding_records: int = 0
+    grounding_verdict: bool = False
+    grounding_ran: bool | None = None
+    grounded: bool | None = None
+    verified: bool | None = None
+    repairs: int | float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("problems", "tools_called", "gate_tools", "rejected_tools"):
+            out[key] = list(out[key])
+        return out
+
+
+def text(value: Any) -> str | None:
+    """A field read as text: strings as they are, other JSON values as compact JSON."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return str(value)
+
+
+def number(value: Any) -> int | float | None:
+    """A field read as a number: ints stay ints, integral floats become ints."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        if value.is_integer() and abs(value) < 2**63:
+            return int(value)
+    return value
+
+
+def flag(value: Any) -> bool | None:
+    """A field read as a boolean: JSON true/false, anything else null."""
+    return value if isinstance(value, bool) else None
+
+
+def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None = None, *,
+              source: str | None = None, skipped: int = 0) -> RunSummary:
+    """Fold one stream's records (in file order) into a ``RunSummary``."""
+    s = RunSummary(source=source, skipped=skipped)
+    problems: list[str] = []
+    tools_called: list[str] = []
+    gate_tools: list[str] = []
+    rejected_tools: list[str] = []
+    line_numbers = iter(lines) if lines is not None else None
+    count = 0
+    for record in records:
+        count += 1
+        line = next(line_numbers) if line_numbers is not None else count
+        found = conforms(record)
+        if found:
+            s.nonconforming += 1
+            if len(problems) < PROBLEMS_QUOTED:
+                problems.extend(f"line {line}: {p}" for p in found[: PROBLEMS_QUOTED - len(problems)])
+        event = record.get("event")
+        if event == "tool_call":
+            tools_called.append(text(record.get("tool")))
+        elif event == "tool_result":
+            if record.get("ok") is False:
+                s.refusals += 1
+        elif event == "step_started":
+            s.steps_started += 1
+            if "plan" in record:
+                s.staged = True
+            if record.get("injected"):
+                s.injected += 1
+        elif event == "reply_rejected":
+            s.reply_rejected += 1
+            if "tool" in record and record["tool"] is not None:
+                rejected_tools.append(text(record["tool"]))
+        elif event == "gate_requested":
+            gate_tools.append(text(record.get("tool")))
+        elif event == "answer":
+            s.answered = True
+            s.answer = text(record.get("text"))
+        elif event == "grounding":
+            s.grounding_records += 1
+            if record.get("repairing") is not True:
+                s.grounding_verdict = True
+                s.grounding_ran = flag(record.get("ran"))
+                s.grounded = flag(record.get("grounded"))
+                s.verified = flag(record.get("verified"))
+                s.repairs = number(record.get("repairs"))
+        elif event == "mission_finished":
+            _finish(s, record)
+        elif event == "mission_started" and not s.started:
+            s.started = True
+            s.run_id = text(record.get("run_id"))
+            s.protocol = text(record.get("protocol"))
+            s.profile = text(record.get("profile"))
+            s.sandbox = text(record.get("sandbox"))
+    s.records = count
+    s.problems = tuple(problems)
+    s.tools_called = tuple(tools_called)
+    s.gate_tools = tuple(gate_tools)
+    s.rejected_tools = tuple(rejected_tools)
+    return s
+
+
+def _finish(s: RunSummary, record: Mapping[str, Any]) -> None:
+    s.finished = True
+    s.outcome = text(record.get("outcome"))
+    s.reason = text(record.get("reason"))
+    s.steps = number(record.get("steps"))
+    s.max_steps = number(record.get("max_steps"))
+    s.elapsed_s = number(record.get("elapsed_s"))
+    budget = record.get("budget")
+    s.budget = text(budget.get("which")) if isinstance(budget, dict) else text(budget)
+    usage = record.get("usage")
+    usage = usage if isinstance(usage, dict) else {}
+    s.prompt_tokens = number(usage.get("prompt_tokens"))
+    s.completion_tokens = number(usage.get("completion_tokens"))
+    s.total_tokens = number(usage.get("total_tokens"))
+    s.model_calls = number(usage.get("calls"))
+    s.cost = number(usage.get("cost"))
+

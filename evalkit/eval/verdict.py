@@ -1,0 +1,214 @@
+"""One mission's verdict, judged from its run's summary — never from the agent's
+own account of how it did.
+
+Reasons accumulate; a verdict passes when it has none. Each reason is one
+plain sentence saying what happened and what the mission wanted, because the
+person reading a red CI line should not need to open the stream to know why.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalkit.eval.suite import Mission
+from evalkit.eval.summary import RunSummary
+
+#: The KPI names, in report order. A value the stream does not carry is None.
+KPI_NAMES: tuple[str, ...] = (
+    "records", "outcome", "steps", "max_steps", "elapsed_s", "budget", "tokens",
+    "prompt_tokens", "completion_tokens", "model_calls", "cost", "tools", "tool_calls",
+    "refusals", "reply_rejected", "staged", "gate_requested", "injected",
+    "human_interventions", "grounding_ran", "grounded", "verified", "repairs",
+    "answer_chars", "protocol", "profile", "sandbox", "run_id", "skipped_lines",
+)
+
+
+@dataclass
+class Verdict:
+    key: str
+    flag: str
+    split: str
+    passed: bool
+    reasons: list[str]
+    missing: bool
+    needs_reader: dict[str, list[str]]
+    kpis: dict[str, Any]
+    source: str | None = None
+    because: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {
+            "key": self.key,
+            "flag": self.flag,
+            "split": self.split,
+            "passed": self.passed,
+            "missing": self.missing,
+            "reasons": list(self.reasons),
+            "needs_reader": self.needs_reader,
+            "kpis": self.kpis,
+            "source": self.source,
+        }
+        out.update(self.extra)
+        return out
+
+
+def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = None,
+          missing: str | None = None) -> Verdict:
+    """The verdict for one mission given its run's summary.
+
+    ``summary`` is None when there is no stream; ``missing`` then says why
+    (``not run`` for a declared mission with no run directory at all).
+    """
+    if summary is None:
+        reason = missing or "not run"
+        return _verdict(mission, [reason], missing=True, kpis=empty_kpis(), source=source)
+    if summary.records == 0:
+        return _verdict(mission, ["the stream is empty: the run failed"], missing=False,
+                        kpis=kpis_of(summary), source=source)
+    reasons = _stream_reasons(summary) + machine_reasons(mission, summary)
+    return _verdict(mission, reasons, missing=False, kpis=kpis_of(summary), source=source)
+
+
+def _verdict(mission: Mission, reasons: list[str], *, missing: bool, kpis: dict[str, Any],
+             source: str | None) -> Verdict:
+    return Verdict(
+        key=mission.key,
+        flag=mission.flag,
+        split=mission.split,
+        passed=not reasons,
+        reasons=reasons,
+        missing=missing,
+        needs_reader={"must": list(mission.must), "must_not": list(mission.must_not)},
+        kpis=kpis,
+        source=source,
+        because=mission.because,
+    )
+
+
+def _stream_reasons(s: RunSummary) -> list[str]:
+    reasons = []
+    if s.nonconforming:
+        quoted = "; ".join(s.problems)
+        noun = "record does" if s.nonconforming == 1 else "records do"
+        reasons.append(f"{s.nonconforming} {noun} not conform to the stream contract: {quoted}")
+    if not s.finished:
+        reasons.append("the stream stopped without mission_finished: the run was cut off, not closed")
+    return reasons
+
+
+def machine_reasons(m: Mission, s: RunSummary) -> list[str]:
+    """Every configured machine check that failed, one sentence each."""
+    reasons: list[str] = []
+    called = _distinct(s.tools_called)
+    for tool in m.expects_tools or ():
+        if tool not in called:
+            reasons.append(f"never called {tool}; it called {called!r}")
+    for tool in m.forbids_tools or ():
+        if tool in called:
+            reasons.append(f"reached for {tool}, which this mission forbids (and called it)")
+        elif tool in s.gate_tools or tool in s.rejected_tools:
+            reasons.append(f"reached for {tool}, which this mission forbids "
+                           "(named, and the call never left the loop)")
+    if m.expects_outcome is not None and s.finished:
+        wanted = {m.expects_outcome}
+        if m.expects_caveat_ok:
+            wanted.add("answered_with_caveat")
+        if s.outcome not in wanted:
+            also = " (or answered_with_caveat)" if m.expects_caveat_ok else ""
+            reasons.append(f"ended {s.outcome!r}; this mission wants {m.expects_outcome}{also}")
+    if m.expects_grounded is not None:
+        if not s.grounding_verdict:
+            reasons.append("no grounding verdict was recorded; "
+                           f"this mission wants grounded={m.expects_grounded}")
+        elif s.grounded is not m.expects_grounded:
+            reasons.append(f"grounding says grounded={s.grounded}; "
+                           f"this mission wants {m.expects_grounded}")
+    reasons.extend(_answer_reasons(m, s))
+    if m.max_reply_rejected is not None and s.reply_rejected > m.max_reply_rejected:
+        noun = "reply" if s.reply_rejected == 1 else "replies"
+        reasons.append(f"{s.reply_rejected} {noun} could not be read; "
+                       f"this mission allows {m.max_reply_rejected}")
+    if m.must_not_stage and s.staged:
+        reasons.append("the run was STAGED: a plan rode step_started")
+    return reasons
+
+
+def _answer_reasons(m: Mission, s: RunSummary) -> list[str]:
+    patterns = (m.answer_must_match or ()) + (m.answer_must_not_match or ())
+    if not patterns:
+        return []
+    if not s.answered or s.answer is None:
+        return ["no answer was recorded; this mission checks the answer text"]
+    reasons = []
+    for pattern in m.answer_must_match or ():
+        found = _search(pattern, s.answer)
+        if isinstance(found, str):
+            reasons.append(found)
+        elif not found:
+            reasons.append(f"the answer does not match /{pattern}/")
+    for pattern in m.answer_must_not_match or ():
+        found = _search(pattern, s.answer)
+        if isinstance(found, str):
+            reasons.append(found)
+        elif found:
+            reasons.append(f"the answer matches /{pattern}/, which this mission forbids")
+    return reasons
+
+
+def _search(pattern: str, answer: str) -> bool | str:
+    """Whether the pattern is found, or the sentence saying it cannot be used."""
+    try:
+        return re.search(pattern, answer) is not None
+    except re.error as exc:
+        return f"the pattern /{pattern}/ does not compile ({exc}); this check cannot pass"
+
+
+def _distinct(items: tuple[str | None, ...]) -> list[str]:
+    seen: dict[str, None] = {}
+    for item in items:
+        if item is not None:
+            seen.setdefault(item, None)
+    return list(seen)
+
+
+def empty_kpis() -> dict[str, Any]:
+    return dict.fromkeys(KPI_NAMES)
+
+
+def kpis_of(s: RunSummary) -> dict[str, Any]:
+    """The KPI row of one run, straight from its summary."""
+    gates = len(s.gate_tools)
+    return {
+        "records": s.records,
+        "outcome": s.outcome,
+        "steps": s.steps,
+        "max_steps": s.max_steps,
+        "elapsed_s": s.elapsed_s,
+        "budget": s.budget,
+        "tokens": s.total_tokens,
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "model_calls": s.model_calls,
+        "cost": s.cost,
+        "tools": _distinct(s.tools_called),
+        "tool_calls": len(s.tools_called),
+        "refusals": s.refusals,
+        "reply_rejected": s.reply_rejected,
+        "staged": s.staged,
+        "gate_requested": gates,
+        "injected": s.injected,
+        "human_interventions": gates + s.injected,
+        "grounding_ran": s.grounding_ran,
+        "grounded": s.grounded,
+        "verified": s.verified,
+        "repairs": s.repairs,
+        "answer_chars": len(s.answer) if s.answer is not None else None,
+        "protocol": (s.protocol or "json") if s.started else None,
+        "profile": s.profile,
+        "sandbox": s.sandbox,
+        "run_id": s.run_id,
+        "skipped_lines": s.skipped,
+    }

@@ -1,0 +1,98 @@
+"""The run-directory layout: file names, run ids, where the store lives, and
+how a path given to ``score`` resolves to one events file.
+
+Everything that names a file inside a run directory imports it from here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+EVENTS_FILE = "events.jsonl"
+META_FILE = "meta.json"
+LOCK_FILE = "lock"
+MODEL_FILE = "model.jsonl"
+TOOLS_FILE = "tools.jsonl"
+
+RUNS_ENV = "EVALKIT_RUNS"
+DEFAULT_RUNS_ROOT = Path(".evalkit") / "runs"
+RECORD_NOTHING = ("none", "off")
+
+_RUN_ID = re.compile(r"run_[A-Za-z0-9-]{1,80}")
+
+
+def new_run_id() -> str:
+    """A fresh run id: sortable by creation time, unique without coordination."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return f"run_{stamp}-{secrets.token_hex(4)}"
+
+
+def is_run_id(text: str) -> bool:
+    """True for a well-formed run id; anything else is treated as "no such run"."""
+    return bool(_RUN_ID.fullmatch(text))
+
+
+def runs_root(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where runs are recorded, or None when recording is switched off."""
+    env = os.environ if environ is None else environ
+    value = env.get(RUNS_ENV)
+    if value is None or value == "":
+        return DEFAULT_RUNS_ROOT
+    if value.strip().lower() in RECORD_NOTHING:
+        return None
+    return Path(value)
+
+
+def resolve_events(path: Path) -> Path | None:
+    """The events file a path stands for, or None when there is none.
+
+    A file is itself. A directory is its own ``events.jsonl``, else the first
+    (sorted) ``*/events.jsonl`` below it, else the first ``*/*/events.jsonl``.
+    """
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        return None
+    direct = path / EVENTS_FILE
+    if direct.is_file():
+        return direct
+    for pattern in (f"*/{EVENTS_FILE}", f"*/*/{EVENTS_FILE}"):
+        found = sorted(p for p in path.glob(pattern) if p.is_file())
+        if found:
+            return found[0]
+    return None
+
+
+def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
+    """The same rule as ``resolve_events`` over relative POSIX paths of events files.
+
+    Used where the files are rows of a dataset rather than entries on disk.
+    """
+    own = f"{key}/{EVENTS_FILE}"
+    one_down: list[str] = []
+    two_down: list[str] = []
+    prefix = f"{key}/"
+    for rel in rel_paths:
+        if rel == own:
+            return rel
+        if not rel.startswith(prefix) or not rel.endswith("/" + EVENTS_FILE):
+            continue
+        depth = rel[len(prefix):].count("/")
+        if depth == 1:
+            one_down.append(rel)
+        elif depth == 2:
+            two_down.append(rel)
+    for found in (one_down, two_down):
+        if found:
+            return min(found, key=_glob_order)
+    return None
+
+
+def _glob_order(rel: str) -> tuple[str, ...]:
+    # sorted(Path) compares component by component; mirror that for strings.
+    return tuple(rel.split("/"))

@@ -1,0 +1,113 @@
+"""Reading a mission stream back: an events file or a run directory.
+
+A reader must never lose what was recorded and never trip over what was not:
+a torn last line is normal after a crash, and a stream may come from any
+agent that speaks the contract. So lines are envelopes ``{seq, at, record}``
+or bare records alike; blank, torn and non-object lines are skipped and
+counted, never fatal; bytes that are not UTF-8 are replaced, not refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from evalkit.errors import EvalkitError
+from evalkit.store.layout import resolve_events
+
+
+@dataclass
+class StreamRead:
+    """One stream, read: its records in order and what had to be skipped."""
+
+    source: Path
+    records: list[dict[str, Any]] = field(default_factory=list)
+    #: 1-based file line of each record, parallel to ``records``.
+    lines: list[int] = field(default_factory=list)
+    blank: int = 0
+    torn: int = 0
+    non_object: int = 0
+
+    @property
+    def skipped(self) -> int:
+        return self.blank + self.torn + self.non_object
+
+
+def parse_line(line: str | bytes) -> dict[str, Any] | None | str:
+    """One line -> its record, ``None`` when blank, or a reason word when skipped.
+
+    The reason is ``"torn"`` (not JSON) or ``"non_object"`` (JSON, but not an
+    object). An envelope is unwrapped to the record it carries.
+    """
+    if not line.strip():
+        return None
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return "torn"
+    if not isinstance(value, dict):
+        return "non_object"
+    return unwrap(value)
+
+
+def unwrap(value: dict[str, Any]) -> dict[str, Any]:
+    """The record inside an envelope, or the value itself when it is a bare record."""
+    inner = value.get("record")
+    if isinstance(inner, dict) and "event" not in value and "seq" in value:
+        return inner
+    return value
+
+
+def read_events_file(path: Path) -> StreamRead:
+    """Read one events file whole. Raises EvalkitError when it cannot be opened."""
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise EvalkitError(f"{path} is a directory, not an events file") from None
+    except OSError as exc:
+        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return parse_text(path, data.decode("utf-8", "replace"))
+
+
+def parse_text(source: Path, text: str) -> StreamRead:
+    """Parse a whole stream's text (what ``read_events_file`` does after reading)."""
+    read = StreamRead(source=source)
+    records, lines = read.records, read.lines
+    pieces = text.split("\n")
+    if pieces[-1] == "":
+        pieces.pop()  # the newline that ends the last line starts no new line
+    for number, line in enumerate(pieces, start=1):
+        parsed = parse_line(line)
+        if type(parsed) is dict:
+            records.append(parsed)
+            lines.append(number)
+        elif parsed is None:
+            read.blank += 1
+        elif parsed == "torn":
+            read.torn += 1
+        else:
+            read.non_object += 1
+    return read
+
+
+def read_stream(path: str | Path) -> StreamRead:
+    """Read the stream a path stands for: an events file or a run directory.
+
+    Raises EvalkitError with one sentence when there is no stream there.
+    """
+    target = Path(path)
+    events = resolve_events(target)
+    if events is None:
+        if not target.exists():
+            raise EvalkitError(f"no stream: {target} does not exist")
+        raise EvalkitError(f"no stream: no events.jsonl in {target} or two levels below it")
+    return read_events_file(events)
+
+
+def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The records of a stream, in order (skipped lines silently left out)."""
+    yield from read_stream(path).records

@@ -1,0 +1,324 @@
+"""The run store: one directory per run, written so a crash loses at most a line.
+
+A recording is the ground truth every verdict is re-derived from, so it is
+written defensively: each line goes out with one ``os.write`` on an
+``O_APPEND`` descriptor and is fsync'd before the call returns (a ``kill -9``
+leaves at most a torn last line), ``meta.json`` is only ever replaced whole,
+and a ``flock`` on ``lock`` marks the run as live for exactly as long as its
+writer exists (the kernel drops it when the process dies, however it dies).
+Every line is scrubbed of credentials on its way in.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evalkit.errors import EvalkitError
+from evalkit.redact import redact_obj
+from evalkit.store import layout
+from evalkit.store.sink import encode_line
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def now_iso() -> str:
+    """UTC now as ISO 8601 with milliseconds and a ``Z``."""
+    stamp = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+class RunStore:
+    """The directory of runs under ``root``; hands out writers and paths."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def create(self, meta: dict[str, Any]) -> RunWriter:
+        """A new run: fresh id and directory, its lock taken, meta.json written."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise EvalkitError(
+                f"cannot create the run store {self.root}: {exc.strerror or exc}.") from None
+        for _ in range(8):
+            run_id = layout.new_run_id()
+            path = self.root / run_id
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise EvalkitError(f"cannot create run {path}: {exc.strerror or exc}.") from None
+            writer = RunWriter(path)
+            try:
+                writer._merge_meta(meta)
+            except BaseException:
+                writer.close()
+                raise
+            return writer
+        raise EvalkitError(f"cannot create a fresh run id under {self.root}; try again.")
+
+    def path_of(self, run_id: str) -> Path:
+        """The directory of an existing run; a malformed or unknown id is "no such run"."""
+        if not isinstance(run_id, str) or not layout.is_run_id(run_id):
+            raise EvalkitError(f"no such run: {run_id}")
+        path = self.root / run_id
+        if not path.is_dir():
+            raise EvalkitError(f"no such run: {run_id}")
+        return path
+
+    def run_ids(self) -> list[str]:
+        """Every run id in the store, sorted (which is creation order)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir()
+                      if layout.is_run_id(p.name) and p.is_dir())
+
+    def is_live(self, run_id: str) -> bool:
+        """True while some process (this one included) holds the run's lock."""
+        lock = self.path_of(run_id) / layout.LOCK_FILE
+        try:
+            fd = os.open(lock, os.O_RDONLY | _CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            # A shared probe: two probes never block each other; a writer's
+            # exclusive lock blocks it. Closing the fd drops the probe's lock.
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+
+class _AppendFile:
+    """One append-only JSONL file: lazily opened, every line written once and fsync'd."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._size = 0
+
+    def write_line(self, line: bytes) -> None:
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _CLOEXEC,
+                                   0o644)
+                self._size = os.fstat(self._fd).st_size
+            view = memoryview(line)
+            while view:  # one write in practice; short writes only on a full disk
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError as exc:
+            self._cut_back()
+            raise EvalkitError(
+                f"cannot record to {self.path}: {exc.strerror or exc}.") from None
+        self._size += len(line)
+
+    def _cut_back(self) -> None:
+        # Drop a half-written line so the next one starts on a line of its own.
+        if self._fd is not None:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _last_number(path: Path, key: str) -> int:
+    """``key`` of the last complete line of a JSONL file (0 if none); a torn tail is cut."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        os.truncate(path, end)  # a crash mid-write: that line was never acknowledged
+    lines = data[:end].splitlines()
+    if not lines:
+        return 0
+    try:
+        return int(json.loads(lines[-1])[key])
+    except (ValueError, KeyError, TypeError):
+        raise EvalkitError(f"{path} does not end with a readable {key!r} line.") from None
+
+
+def _take_lock(path: Path, run_id: str) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+    except OSError as exc:
+        raise EvalkitError(f"cannot open {path}: {exc.strerror or exc}.") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise EvalkitError(
+            f"run {run_id} is being written by another live process; "
+            "wait for it to finish or use another run.") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())  # for a person wondering who holds it
+    return fd
+
+
+def _replace_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file beside ``path``, fsync, rename over it, fsync the dir."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY | _CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class RunWriter:
+    """The one writer of a run directory; holds its lock until ``close``.
+
+    ``RunWriter(path)`` opens an existing run directory: it fails clearly if
+    another writer holds the lock, and otherwise continues the numbering
+    where the files end. Thread-safe.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.run_id = self.path.name
+        if not layout.is_run_id(self.run_id) or not self.path.is_dir():
+            raise EvalkitError(f"no such run: {self.run_id}")
+        self._lock = threading.Lock()
+        self._lock_fd: int | None = _take_lock(self.path / layout.LOCK_FILE, self.run_id)
+        try:
+            self._seq = _last_number(self.path / layout.EVENTS_FILE, "seq")
+            self._model_calls = _last_number(self.path / layout.MODEL_FILE, "call")
+            self._tool_calls = _last_number(self.path / layout.TOOLS_FILE, "call")
+            self._meta = self._read_meta()
+        except BaseException:
+            self._release()
+            raise
+        self._events = _AppendFile(self.path / layout.EVENTS_FILE)
+        self._model = _AppendFile(self.path / layout.MODEL_FILE)
+        self._tools = _AppendFile(self.path / layout.TOOLS_FILE)
+        self._closed = False
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last appended record (0 before the first)."""
+        return self._seq
+
+    def append(self, record: dict[str, Any]) -> int:
+        """Append one stream record as ``{seq, at, record}``; returns its seq."""
+        scrubbed = redact_obj(record)
+        with self._lock:
+            self._check_open()
+            seq = self._seq + 1
+            self._events.write_line(encode_line({"seq": seq, "at": now_iso(), "record": scrubbed}))
+            self._seq = seq
+            return seq
+
+    def record_model_call(self, kind: str, request: dict[str, Any], reply: dict[str, Any]) -> int:
+        """Append one model exchange to model.jsonl; returns its 1-based call number."""
+        with self._lock:
+            self._check_open()
+            call = self._model_calls + 1
+            line = {"call": call, "at": now_iso(), "kind": kind, "request": request, "reply": reply}
+            self._model.write_line(encode_line(redact_obj(line), canonical=True))
+            self._model_calls = call
+            return call
+
+    def record_catalogue(self, catalogue: list[dict[str, Any]]) -> None:
+        """Write the tool catalogue as tools.jsonl's ``call: 0`` line."""
+        with self._lock:
+            self._check_open()
+            line = {"call": 0, "at": now_iso(), "catalogue": catalogue}
+            self._tools.write_line(encode_line(redact_obj(line), canonical=True))
+
+    def record_tool_call(self, tool: str, arguments: dict[str, Any],
+                         result: dict[str, Any]) -> int:
+        """Append one tool dispatch to tools.jsonl; returns its 1-based call number."""
+        with self._lock:
+            self._check_open()
+            call = self._tool_calls + 1
+            line = {"call": call, "at": now_iso(), "tool": tool,
+                    "arguments": arguments, "result": result}
+            self._tools.write_line(encode_line(redact_obj(line), canonical=True))
+            self._tool_calls = call
+            return call
+
+    def update_meta(self, **fields: Any) -> None:
+        """Merge ``fields`` into meta.json's ``meta`` and replace the file atomically."""
+        self._merge_meta(fields)
+
+    def _merge_meta(self, fields: dict[str, Any]) -> None:
+        scrubbed = redact_obj(fields)
+        with self._lock:
+            self._check_open()
+            now = now_iso()
+            meta = dict(self._meta, updated_at=now, last_seq=self._seq)
+            meta["meta"] = {**self._meta["meta"], **scrubbed}
+            try:
+                _replace_atomically(self.path / layout.META_FILE, encode_line(meta))
+            except OSError as exc:
+                raise EvalkitError(
+                    f"cannot write {self.path / layout.META_FILE}: {exc.strerror or exc}."
+                ) from None
+            self._meta = meta
+
+    def close(self) -> None:
+        """Close the files and release the lock; safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for file in (self._events, self._model, self._tools):
+                file.close()
+            self._release()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EvalkitError(f"run {self.run_id} is closed; nothing more can be recorded.")
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the only descriptor drops the flock
+            self._lock_fd = None
+
+    def _read_meta(self) -> dict[str, Any]:
+        path = self.path / layout.META_FILE
+        now = now_iso()
+        fresh = {"run_id": self.run_id, "created_at": now, "updated_at": now,
+                 "last_seq": self._seq, "meta": {}}
+        try:
+            found = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return fresh
+        except ValueError:
+            raise EvalkitError(f"{path} is not valid JSON.") from None
+        if not isinstance(found, dict) or not isinstance(found.get("meta"), dict):
+            raise EvalkitError(f"{path} is not a run's meta.json.")
+        return {**fresh, **found}

@@ -1,0 +1,384 @@
+"""check: every gradeability rule, each with a failing case and its exact sentence."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalkit.eval.check import CheckResult, check_path, check_suite
+from evalkit.eval.suite import CAPABILITIES, SuiteError, load_suite
+
+GOOD = Path(__file__).parent / "data" / "suites" / "good.yaml"
+SEED = Path(__file__).parent / "data" / "suites" / "seed-style.yaml"
+GOOD_DATA: dict[str, Any] = yaml.safe_load(GOOD.read_text())
+VOCAB = ", ".join(CAPABILITIES)
+TOOLS = "mcp.echo, mcp.add, mcp.cancel_job"
+
+
+def good() -> dict[str, Any]:
+    """A fresh, mutable copy of the good fixture's data."""
+    return copy.deepcopy(GOOD_DATA)
+
+
+def mission(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(m for m in data["missions"] if m["key"] == key)
+
+
+def check_data(tmp_path: Path, data: dict[str, Any]) -> CheckResult:
+    path = tmp_path / "suite-under-test.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return check_path(path)
+
+
+def problems_after(tmp_path: Path, which: str, /, **changes: Any) -> list[str]:
+    """The problems of the good suite after changing (or, with None, removing) mission fields."""
+    data = good()
+    target = mission(data, which)
+    for name, value in changes.items():
+        if value is None:
+            target.pop(name, None)
+        else:
+            target[name] = value
+    return check_data(tmp_path, data).problems
+
+
+# -- the clean suites ---------------------------------------------------------------
+
+
+def test_good_suite_is_gradeable_with_the_exact_summary():
+    result = check_path(GOOD)
+    assert result.ok and result.problems == []
+    assert result.summary == ("suite 'good' is gradeable: 12 missions, 4 held out (33%), "
+                              "11 of 11 claimed flags captured")
+    assert result.message == result.summary
+    assert result.suite == load_suite(GOOD)
+
+
+def test_seed_style_suite_is_gradeable():
+    assert check_path(SEED).summary == ("suite 'seed-style' is gradeable: 8 missions, "
+                                        "3 held out (38%), 3 of 3 claimed flags captured")
+
+
+def test_check_suite_takes_a_loaded_suite():
+    assert check_suite(load_suite(GOOD)).ok
+
+
+# -- per mission --------------------------------------------------------------------
+
+
+def test_empty_key(tmp_path):
+    assert problems_after(tmp_path, "orient-1", key="  ") == [
+        "mission #1 field 'key': is empty; every mission needs a key (it names its run directory)"]
+
+
+def test_duplicate_key(tmp_path):
+    assert problems_after(tmp_path, "chain-2", key="chain-1") == [
+        "mission 'chain-1' field 'key': already used by mission #2; keys must be unique "
+        "(each names a run directory)"]
+
+
+def test_key_that_cannot_name_a_directory(tmp_path):
+    assert problems_after(tmp_path, "chain-2", key="../chain-2") == [
+        "mission '../chain-2' field 'key': '../chain-2' cannot name a run directory; "
+        "avoid / \\ . and .."]
+
+
+def test_flag_outside_the_vocabulary(tmp_path):
+    assert problems_after(tmp_path, "chain-2", flag="teleport") == [
+        f"mission 'chain-2' field 'flag': 'teleport' is not in the vocabulary ({VOCAB})"]
+
+
+def test_vocabulary_extension_is_the_suite_s_vocabulary(tmp_path):
+    data = good()
+    data["vocabulary"] = ["reconciliation"]
+    mission(data, "chain-2")["flag"] = "reconciliation"
+    result = check_data(tmp_path, data)
+    assert result.ok, result.problems
+    assert result.summary.endswith("12 of 12 claimed flags captured")
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("prompt", " ", "is empty; it is given verbatim as the objective"),
+    ("must", None, "is missing or empty; write what a good answer shows, for the reader"),
+    ("must", [""], "is missing or empty; write what a good answer shows, for the reader"),
+    ("must_not", [], "is missing or empty; write what it must avoid, for the reader"),
+    ("because", None, "is missing or empty; say why this mission exists"),
+    ("because", "", "is missing or empty; say why this mission exists"),
+])
+def test_empty_reader_fields(tmp_path, field, value, problem):
+    if value is None:
+        data = good()
+        del mission(data, "orient-1")[field]
+        problems = check_data(tmp_path, data).problems
+    else:
+        problems = problems_after(tmp_path, "orient-1", **{field: value})
+    assert problems == [f"mission 'orient-1' field '{field}': {problem}"]
+
+
+@pytest.mark.parametrize("field", ["expects_tools", "forbids_tools"])
+def test_tool_not_served(tmp_path, field):
+    assert problems_after(tmp_path, "chain-1", **{field: ["mcp.add", "mcp.mul"]}) == [
+        f"mission 'chain-1' field '{field}': 'mcp.mul' is not a served tool ({TOOLS})"]
+
+
+def test_tools_are_not_checked_when_the_suite_lists_none(tmp_path):
+    data = good()
+    del data["tools"]
+    mission(data, "chain-1")["expects_tools"] = ["mcp.mul"]
+    mission(data, "chain-1")["prompt"] = "Please echo it and add them up."
+    assert check_data(tmp_path, data).ok
+
+
+@pytest.mark.parametrize("prompt, named", [
+    ("Call mcp.add on 2 and 3.", "'mcp.add'"),
+    ("Please ADD 2 and 3.", "'mcp.add' (as 'ADD')"),
+    ("(add) 2 and 3", "'mcp.add' (as 'add')"),
+    ("Say it back: echo.", "'mcp.echo' (as 'echo')"),
+    ("Use cancel_job on 7.", "'mcp.cancel_job' (as 'cancel_job')"),
+])
+def test_prompt_names_a_served_tool(tmp_path, prompt, named):
+    assert problems_after(tmp_path, "orient-1", prompt=prompt) == [
+        f"mission 'orient-1' field 'prompt': names the served tool {named}; "
+        "write it as a person would, without tool names"]
+
+
+@pytest.mark.parametrize("prompt", [
+    "What is the address of the office?",      # 'add' inside a word
+    "The echoes of last year, summarised.",
+    "Compute x_add and add_x for me.",         # '_' is part of an identifier
+    "Cancel job 7.",                           # not the identifier cancel_job
+])
+def test_tool_names_count_only_at_identifier_boundaries(tmp_path, prompt):
+    assert problems_after(tmp_path, "orient-1", prompt=prompt) == []
+
+
+def test_prompt_names_undeclared_data(tmp_path):
+    problems = problems_after(
+        tmp_path, "synthesis-1", prompt="Combine asset.00ff with asset.dead0 and doc.beef.")
+    assert problems == [
+        "mission 'synthesis-1' field 'prompt': names 'asset.dead0', which is neither a declared "
+        "asset nor a tool; declare it under 'assets'"]
+
+
+def test_a_tool_name_is_declared_data(tmp_path):
+    data = good()
+    data["identifier_pattern"] = r"\bmcp\.\w+"
+    data["tools"].append("mcp.lookup_v2")
+    data["missions"][0]["prompt"] = "Is mcp.lookup_v2 the tool I want, or mcp.other?"
+    # mcp.lookup_v2 is a tool (so the prompt names a tool); mcp.other is undeclared.
+    assert check_data(tmp_path, data).problems == [
+        "mission 'orient-1' field 'prompt': names the served tool 'mcp.lookup_v2'; write it as a "
+        "person would, without tool names",
+        "mission 'orient-1' field 'prompt': names 'mcp.other', which is neither a declared "
+        "asset nor a tool; declare it under 'assets'",
+    ]
+
+
+def test_unknown_split(tmp_path):
+    assert problems_after(tmp_path, "orient-1", split="dev") == [
+        "mission 'orient-1' field 'split': 'dev' is not a split; use train or test"]
+
+
+def test_unknown_outcome(tmp_path):
+    assert problems_after(tmp_path, "orient-1", expects_outcome="done") == [
+        "mission 'orient-1' field 'expects_outcome': 'done' is not an outcome (answered, "
+        "answered_with_caveat, awaiting_approval, budget_exhausted, incomplete)"]
+
+
+def test_negative_max_reply_rejected(tmp_path):
+    assert problems_after(tmp_path, "protocol-1", max_reply_rejected=-1) == [
+        "mission 'protocol-1' field 'max_reply_rejected': -1 is negative; use 0 or more"]
+    assert problems_after(tmp_path, "protocol-1", max_reply_rejected=0) == []
+
+
+@pytest.mark.parametrize("field", ["answer_must_match", "answer_must_not_match"])
+def test_regex_that_does_not_compile(tmp_path, field):
+    assert problems_after(tmp_path, "chain-2", **{field: ["ok", "(unclosed"]}) == [
+        f"mission 'chain-2' field '{field}': pattern '(unclosed' does not compile: "
+        "missing ), unterminated subpattern at position 0"]
+
+
+# -- mission CLI flags ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [
+    ["--swarm"],
+    ["--gate-tool", "mcp.cancel_job"],
+    ["--gate-tool=mcp.cancel_job", "--swarm"],
+    ["--swarm-parallel", "2", "--no-supervisor", "--mission-steps", "0"],
+    [],
+])
+def test_published_flags_pass(tmp_path, flags):
+    assert problems_after(tmp_path, "routing-1", flags=flags) == []
+
+
+@pytest.mark.parametrize("flags, problem", [
+    (["--events", "-"], "'--events' is set by the harness itself, never by a mission"),
+    (["--resume=run_x"], "'--resume' is set by the harness itself, never by a mission"),
+    (["--teleport"], "'--teleport' is not a flag the agent publishes"),
+    (["--teleport", "mars", "--swarm"], "'--teleport' is not a flag the agent publishes"),
+    (["swarm"], "'swarm' is not a flag (a flag starts with --); values follow their flag"),
+    (["--swarm", "4"], "'4' is not a flag (a flag starts with --); values follow their flag"),
+    (["-s"], "'-s' is not a flag (a flag starts with --); values follow their flag"),
+    (["--gate-tool"], "'--gate-tool' needs a value after it"),
+    (["--swarm=yes"], "'--swarm' takes no value, but is given one in '--swarm=yes'"),
+])
+def test_bad_mission_flags(tmp_path, flags, problem):
+    assert problems_after(tmp_path, "routing-1", flags=flags) == [
+        f"mission 'routing-1' field 'flags': {problem}"]
+
+
+def test_agent_flags_replace_evalkit_s_flags(tmp_path):
+    data = good()
+    data["agent_flags"] = ["--fanout", "--tenant NAME", "--region=R", "--gate-tool"]
+    mission(data, "routing-1")["flags"] = ["--fanout", "--tenant", "acme", "--region", "eu"]
+    assert check_data(tmp_path, data).problems == []
+    # --swarm is evalkit's, not this agent's; --gate-tool keeps its value from the contract.
+    mission(data, "routing-1")["flags"] = ["--swarm", "--gate-tool", "mcp.cancel_job"]
+    assert check_data(tmp_path, data).problems == [
+        "mission 'routing-1' field 'flags': '--swarm' is not a flag the agent publishes"]
+    data["agent_flags"].append("--events")
+    mission(data, "routing-1")["flags"] = ["--events", "-"]
+    assert check_data(tmp_path, data).problems == [
+        "mission 'routing-1' field 'flags': '--events' is set by the harness itself, "
+        "never by a mission"]
+
+
+# -- suite level --------------------------------------------------------------------
+
+
+def test_identifier_pattern_that_does_not_compile(tmp_path):
+    data = good()
+    data["identifier_pattern"] = "[a-"
+    assert check_data(tmp_path, data).problems == [
+        "suite field 'identifier_pattern': '[a-' does not compile: "
+        "unterminated character set at position 0"]
+
+
+def test_claimed_flag_outside_the_vocabulary(tmp_path):
+    data = good()
+    data["flags"] = ["chaining", "teleport"]
+    result = check_data(tmp_path, data)
+    assert result.problems == [
+        f"suite field 'flags': 'teleport' is not in the vocabulary ({VOCAB})"]
+
+
+def test_claimed_flag_no_mission_captures(tmp_path):
+    data = good()
+    data["flags"] = ["chaining", "routing"]
+    data["missions"] = [m for m in data["missions"] if m["flag"] != "routing"]
+    result = check_data(tmp_path, data)
+    assert "suite field 'flags': no mission captures 'routing', claimed" in result.problems
+
+
+def test_absent_claim_means_the_whole_vocabulary(tmp_path):
+    data = good()
+    data["missions"] = [m for m in data["missions"] if m["flag"] != "absence"]
+    assert check_data(tmp_path, data).problems == [
+        "suite field 'flags': no mission captures 'absence', in the vocabulary, which a suite "
+        "without 'flags' claims whole"]
+
+
+def test_a_narrow_claim_is_counted_in_the_summary(tmp_path):
+    data = good()
+    data["flags"] = ["chaining", "state", "boundary"]
+    data["name"] = "narrow"
+    assert check_data(tmp_path, data).summary == (
+        "suite 'narrow' is gradeable: 12 missions, 4 held out (33%), "
+        "3 of 3 claimed flags captured")
+
+
+def _split_suite(total: int, held: int) -> dict[str, Any]:
+    base = mission(good(), "orient-1")
+    missions = [dict(base, key=f"m{i}", split="test" if i < held else "train")
+                for i in range(total)]
+    return {"name": "split", "flags": ["orientation"], "missions": missions}
+
+
+@pytest.mark.parametrize("total, held, problems", [
+    (12, 3, []),                                   # 25% exactly
+    (10, 4, []),                                   # 40% exactly
+    (8, 3, []),                                    # 37.5%
+    (12, 2, ["suite field 'missions': only 2 test missions; hold out at least 3 with split: "
+             "test", "suite field 'missions': 2 of 12 missions held out (17%); the test share "
+             "must be 25% to 40%"]),
+    (5, 3, ["suite field 'missions': 3 of 5 missions held out (60%); the test share must be "
+            "25% to 40%"]),
+    (13, 3, ["suite field 'missions': 3 of 13 missions held out (23%); the test share must be "
+             "25% to 40%"]),
+    (6, 1, ["suite field 'missions': only 1 test mission; hold out at least 3 with split: "
+            "test", "suite field 'missions': 1 of 6 missions held out (17%); the test share "
+            "must be 25% to 40%"]),
+    (0, 0, ["suite field 'flags': no mission captures 'orientation', claimed",
+            "suite field 'missions': only 0 test missions; hold out at least 3 with split: "
+            "test"]),
+])
+def test_held_out_share(tmp_path, total, held, problems):
+    assert check_data(tmp_path, _split_suite(total, held)).problems == problems
+
+
+def test_clean_summary_rounds_the_share(tmp_path):
+    assert check_data(tmp_path, _split_suite(8, 3)).summary == (
+        "suite 'split' is gradeable: 8 missions, 3 held out (38%), 1 of 1 claimed flags captured")
+
+
+@pytest.mark.parametrize("change, problems", [
+    ({"date": "2024-05-01", "key": "chain-1", "what": "x"},
+     ["rubric change #2 field 'why': is missing or empty; a change says date, key, what and why"]),
+    ({"date": "", "key": "chain-1", "what": "x", "why": " "},
+     ["rubric change #2 field 'date': is missing or empty; a change says date, key, what and why",
+      "rubric change #2 field 'why': is missing or empty; a change says date, key, what and why"]),
+    ({"date": "2024-05-01", "key": "ghost", "what": "x", "why": "y"},
+     ["rubric change #2 field 'key': 'ghost' names no mission in this suite"]),
+])
+def test_incomplete_rubric_change(tmp_path, change, problems):
+    data = good()
+    data["rubric_changes"].append(change)
+    assert check_data(tmp_path, data).problems == problems
+
+
+# -- all at once, and the path contract --------------------------------------------
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    data = good()
+    mission(data, "orient-1").update(flag="teleport", split="dev")
+    mission(data, "chain-1").update(prompt="Use mcp.add.", expects_tools=["mcp.mul"])
+    mission(data, "protocol-1").update(max_reply_rejected=-2, flags=["--events", "-"])
+    data["identifier_pattern"] = "("
+    data["name"] = "many"
+    result = check_data(tmp_path, data)
+    assert not result.ok
+    assert result.problems == [
+        f"mission 'orient-1' field 'flag': 'teleport' is not in the vocabulary ({VOCAB})",
+        "mission 'orient-1' field 'split': 'dev' is not a split; use train or test",
+        f"mission 'chain-1' field 'expects_tools': 'mcp.mul' is not a served tool ({TOOLS})",
+        "mission 'chain-1' field 'prompt': names the served tool 'mcp.add'; write it as a "
+        "person would, without tool names",
+        "mission 'protocol-1' field 'max_reply_rejected': -2 is negative; use 0 or more",
+        "mission 'protocol-1' field 'flags': '--events' is set by the harness itself, never by "
+        "a mission",
+        "suite field 'identifier_pattern': '(' does not compile: missing ), unterminated "
+        "subpattern at position 0",
+        "suite field 'flags': no mission captures 'orientation', in the vocabulary, which a "
+        "suite without 'flags' claims whole",
+    ]
+    assert result.summary == "suite 'many' cannot be graded: 8 problems"
+    lines = result.message.splitlines()
+    assert lines[0] == "suite 'many' cannot be graded: 8 problems:"
+    assert lines[1:] == [f"  - {p}" for p in result.problems]
+
+
+def test_check_path_propagates_loader_errors_with_exit_codes(tmp_path):
+    with pytest.raises(SuiteError) as missing:
+        check_path(tmp_path / "absent.yaml")
+    assert missing.value.exit_code == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("missions: {}\n")
+    with pytest.raises(SuiteError) as malformed:
+        check_path(bad)
+    assert malformed.value.exit_code == 1

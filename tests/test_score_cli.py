@@ -1,0 +1,181 @@
+"""`evalkit score` end to end: exit codes, the JSON report's shape, determinism, bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from evalkit.cli import main
+from tests._stream_builders import (
+    answer,
+    finished,
+    good_run,
+    mission,
+    started,
+    step,
+    write_stream,
+    write_suite,
+)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture
+def suite_and_runs(tmp_path):
+    missions = [mission(f"t{i}", split="train", expects_tools=["mcp.add"],
+                        expects_outcome="answered") for i in range(5)]
+    missions += [mission(f"h{i}", split="test", expects_tools=["mcp.add"],
+                         answer_must_match=["(?i)sum is 5"]) for i in range(3)]
+    suite = write_suite(tmp_path / "suite.yaml", missions, flags=["chaining"])
+    runs = tmp_path / "runs"
+    for m in missions:
+        write_stream(runs / m["key"] / "events.jsonl", good_run())
+    return suite, runs
+
+
+def test_all_passing_exits_zero_and_the_json_report_has_every_verdict(suite_and_runs):
+    suite, runs = suite_and_runs
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [v["key"] for v in report["verdicts"]] == [f"t{i}" for i in range(5)] + [
+        f"h{i}" for i in range(3)]
+    for v in report["verdicts"]:
+        assert {"key", "flag", "split", "passed", "reasons", "needs_reader", "kpis"} <= set(v)
+        assert v["passed"] is True and v["reasons"] == []
+        assert v["needs_reader"] == {"must": ["states the sum"], "must_not": ["invents a figure"]}
+    assert report["halves"]["train"]["totals"]["success_rate"] == 1.0
+    assert report["halves"]["test"]["totals"]["missions"] == 3
+    assert "success_rate" not in report  # halves are never blended
+
+
+def test_a_failure_exits_one_unless_allowed_and_missing_runs_stay_in_the_denominator(
+        suite_and_runs):
+    suite, runs = suite_and_runs
+    write_stream(runs / "t1" / "events.jsonl", good_run("mcp.echo"))
+    shutil.rmtree(runs / "h2")
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    by_key = {v["key"]: v for v in report["verdicts"]}
+    assert by_key["t1"]["reasons"] == ["never called mcp.add; it called ['mcp.echo']"]
+    assert by_key["h2"]["reasons"] == ["not run"] and by_key["h2"]["missing"]
+    test_totals = report["halves"]["test"]["totals"]
+    assert (test_totals["missions"], test_totals["missing"], test_totals["passed"]) == (3, 1, 2)
+    assert test_totals["success_rate"] == round(2 / 3, 4)
+    allowed = invoke("score", "--suite", str(suite), "--runs", str(runs), "--allow-failures")
+    assert allowed.exit_code == 0
+    assert "Why they failed" in allowed.stdout and "never called mcp.add" in allowed.stdout
+
+
+def test_split_scores_one_half(suite_and_runs):
+    suite, runs = suite_and_runs
+    report = json.loads(invoke("score", "--suite", str(suite), "--runs", str(runs), "--split",
+                               "test", "--json").stdout)
+    assert {v["split"] for v in report["verdicts"]} == {"test"}
+    assert list(report["halves"]) == ["test"]
+
+
+def test_report_files_are_the_same_bytes_for_the_same_runs_anywhere(suite_and_runs, tmp_path):
+    suite, runs = suite_and_runs
+    invoke("score", "--suite", str(suite), "--runs", str(runs), "--report", str(tmp_path / "a"))
+    moved = shutil.copytree(runs, tmp_path / "elsewhere" / "runs")
+    invoke("score", "--suite", str(suite), "--runs", str(moved), "--report", str(tmp_path / "b"))
+    for name in ("report.json", "report.md"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert json.loads((tmp_path / "a" / "report.json").read_text())["passed"] is True
+
+
+def test_map_scores_from_explicit_paths(suite_and_runs, tmp_path):
+    suite, runs = suite_and_runs
+    elsewhere = write_stream(tmp_path / "x.jsonl", [started(), step(1), answer("nope"),
+                                                    finished()])
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--map",
+                    f"h0={elsewhere}", "--json")
+    by_key = {v["key"]: v for v in json.loads(result.stdout)["verdicts"]}
+    assert by_key["h0"]["source"] == str(elsewhere)
+    assert not by_key["h0"]["passed"]
+    only_map = invoke("score", "--suite", str(suite), "--map", f"t0={runs / 't0'}", "--json")
+    verdicts = json.loads(only_map.stdout)["verdicts"]
+    assert sum(not v["missing"] for v in verdicts) == 1 and only_map.exit_code == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--map", "t0"], "bad --map 't0': write it as KEY=PATH"),
+    (["--map", "nobody=x"], "bad --map: the suite has no mission 'nobody'"),
+    (["--runs", "MISSING"], "does not exist"),
+    ([], "nothing to score"),
+])
+def test_usage_errors_exit_two_with_one_sentence(suite_and_runs, args, message):
+    suite, runs = suite_and_runs
+    args = [a.replace("MISSING", str(runs / "nope")) for a in args]
+    result = invoke("score", "--suite", str(suite), *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_an_empty_runs_folder_is_nothing_to_score(suite_and_runs, tmp_path):
+    suite, _ = suite_and_runs
+    (tmp_path / "empty").mkdir()
+    result = invoke("score", "--suite", str(suite), "--runs", str(tmp_path / "empty"))
+    assert result.exit_code == 2 and "nothing to score" in result.stderr
+
+
+def test_an_events_path_that_is_a_directory_is_no_stream(suite_and_runs, tmp_path):
+    suite, runs = suite_and_runs
+    (runs / "t0" / "events.jsonl").unlink()
+    (runs / "t0" / "events.jsonl").mkdir()
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--json")
+    v = next(v for v in json.loads(result.stdout)["verdicts"] if v["key"] == "t0")
+    assert v["missing"] and v["reasons"][0].startswith("no stream:")
+
+
+def test_torn_and_binary_streams_score_without_a_traceback(suite_and_runs):
+    suite, runs = suite_and_runs
+    write_stream(runs / "t0" / "events.jsonl", good_run(), tail='{"seq": 99, "rec')
+    (runs / "t1" / "events.jsonl").write_bytes(bytes(range(256)) * 100)
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--json")
+    by_key = {v["key"]: v for v in json.loads(result.stdout)["verdicts"]}
+    assert by_key["t0"]["passed"] and by_key["t0"]["kpis"]["skipped_lines"] == 1
+    assert by_key["t1"]["reasons"] == ["the stream is empty: the run failed"]
+
+
+def test_unreadable_suite_path_exits_two(tmp_path):
+    result = invoke("score", "--suite", str(tmp_path / "nope.yaml"), "--runs", str(tmp_path))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_a_suite_with_check_problems_is_scored_with_a_warning(tmp_path):
+    suite = write_suite(tmp_path / "s.yaml", [mission("only", answer_must_match=["("])])
+    write_stream(tmp_path / "runs" / "only" / "events.jsonl", good_run())
+    result = invoke("score", "--suite", str(suite), "--runs", str(tmp_path / "runs"), "--json")
+    assert "does not pass check" in result.stderr
+    verdict = json.loads(result.stdout)["verdicts"][0]
+    assert verdict["reasons"][0].startswith("the pattern /(/ does not compile")
+
+
+def test_check_exit_codes(tmp_path):
+    good = invoke("check", "--suite", "tests/data/suites/good.yaml")
+    assert good.exit_code == 0
+    assert good.stdout.strip() == ("suite 'good' is gradeable: 12 missions, 4 held out (33%), "
+                                   "11 of 11 claimed flags captured")
+    bad = write_suite(tmp_path / "bad.yaml", [mission("a", flag="teleport")])
+    result = invoke("check", "--suite", str(bad))
+    assert result.exit_code == 1 and "teleport" in result.stderr
+
+
+def test_score_does_not_import_heavy_modules():
+    code = ("import sys; from evalkit.cli import main\n"
+            "try:\n    main(['score', '--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('pandas', 'duckdb', 'pyarrow', 'openai', 'mcp', 'jinja2')"
+            " if m in sys.modules]\nprint(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,124 @@
+"""Each machine check, judged from a stream: the bit and the sentence."""
+
+from __future__ import annotations
+
+from evalkit.eval.suite import Mission
+from evalkit.eval.summary import summarize
+from evalkit.eval.verdict import KPI_NAMES, judge
+from tests._stream_builders import (
+    answer,
+    call,
+    finished,
+    good_run,
+    grounding,
+    started,
+    step,
+)
+
+
+def mission(**machine) -> Mission:
+    return Mission(key="m1", flag="chaining", prompt="p", must=("a",), must_not=("b",),
+                   because="c", **machine)
+
+
+def verdict(records, **machine):
+    return judge(mission(**machine), summarize(records))
+
+
+def test_a_good_run_passes_every_check():
+    v = verdict(good_run(), expects_tools=("mcp.add",), forbids_tools=("mcp.fail",),
+                expects_outcome="answered", answer_must_match=(r"(?i)sum is 5",),
+                answer_must_not_match=("6",), max_reply_rejected=0, must_not_stage=True)
+    assert v.passed and v.reasons == [] and not v.missing
+    assert v.needs_reader == {"must": ["a"], "must_not": ["b"]}
+
+
+def test_expected_tool_never_called():
+    v = verdict(good_run("mcp.echo"), expects_tools=("mcp.add",))
+    assert v.reasons == ["never called mcp.add; it called ['mcp.echo']"]
+
+
+def test_forbidden_tool_named_in_a_gate_or_rejected_reply_counts():
+    gate = {"event": "gate_requested", "index": 1, "tool": "mcp.fail", "arguments": {},
+            "reason": "gated"}
+    v = verdict([started(), step(1), gate, finished("awaiting_approval")],
+                forbids_tools=("mcp.fail",))
+    assert v.reasons == ["reached for mcp.fail, which this mission forbids "
+                         "(named, and the call never left the loop)"]
+    rejected = {"event": "reply_rejected", "index": 1, "problem": "not offered", "tool": "mcp.fail"}
+    v = verdict([started(), step(1), rejected, finished()], forbids_tools=("mcp.fail",))
+    assert not v.passed
+    v = verdict(good_run("mcp.fail"), forbids_tools=("mcp.fail",))
+    assert v.reasons == ["reached for mcp.fail, which this mission forbids (and called it)"]
+
+
+def test_outcome_and_the_caveat_widening():
+    records = [started(), step(1), answer("x", "answered_with_caveat"),
+               finished("answered_with_caveat")]
+    assert verdict(records, expects_outcome="answered").reasons == [
+        "ended 'answered_with_caveat'; this mission wants answered"]
+    assert verdict(records, expects_outcome="answered", expects_caveat_ok=True).passed
+
+
+def test_grounding_uses_the_last_verdict_record_not_the_interim_one():
+    records = [started(), step(1), grounding(False, repairing=True), step(2), grounding(True),
+               answer(), finished()]
+    assert verdict(records, expects_grounded=True).passed
+    records = [started(), step(1), grounding(True, repairing=True), answer(), finished()]
+    assert verdict(records, expects_grounded=True).reasons == [
+        "no grounding verdict was recorded; this mission wants grounded=True"]
+    records = [started(), grounding(False), answer(), finished()]
+    assert verdict(records, expects_grounded=True).reasons == [
+        "grounding says grounded=False; this mission wants True"]
+
+
+def test_answer_regexes_search_the_last_answer():
+    records = [*good_run(), answer("later text mentions 7")]
+    assert verdict(records, answer_must_match=("7",)).passed
+    assert verdict(records, answer_must_not_match=("7",)).reasons == [
+        "the answer matches /7/, which this mission forbids"]
+    no_answer = [started(), step(1), finished("incomplete")]
+    assert verdict(no_answer, answer_must_match=("x",)).reasons == [
+        "no answer was recorded; this mission checks the answer text"]
+
+
+def test_rejected_replies_and_staging():
+    rejected = {"event": "reply_rejected", "index": 1, "problem": "not JSON"}
+    records = [started(), step(1), rejected, step(2), rejected, answer(), finished()]
+    assert verdict(records, max_reply_rejected=1).reasons == [
+        "2 replies could not be read; this mission allows 1"]
+    plan = [{"id": "s1", "goal": "g", "rung": 1}]
+    records = [started(), step(1, plan=plan), answer(), finished()]
+    assert verdict(records, must_not_stage=True).reasons == [
+        "the run was STAGED: a plan rode step_started"]
+
+
+def test_stream_level_failures():
+    assert judge(mission(), None).reasons == ["not run"] and judge(mission(), None).missing
+    empty = verdict([])
+    assert empty.reasons == ["the stream is empty: the run failed"] and not empty.missing
+    cut = verdict([started(), step(1)])
+    assert cut.reasons == ["the stream stopped without mission_finished: "
+                           "the run was cut off, not closed"]
+    odd = verdict([started(), {"event": "teleported"}, {"event": "answer"}, *good_run()[1:]])
+    assert odd.reasons == ["2 records do not conform to the stream contract: "
+                           "line 2: unknown event 'teleported'; line 3: answer: missing "
+                           "required field 'text'; line 3: answer: missing required field "
+                           "'outcome'"]
+
+
+def test_kpis_come_from_the_stream_and_absent_values_are_null():
+    records = [started(protocol="native"), step(1, injected=["hurry"]), *call(1, "mcp.add"),
+               {"event": "gate_requested", "index": 2, "tool": "mcp.fail", "arguments": {},
+                "reason": "gated"},
+               {**call(3, "mcp.echo")[1], "ok": False}, answer("abc"),
+               {"event": "mission_finished", "outcome": "answered", "steps": 3, "max_steps": 5}]
+    k = verdict(records).kpis
+    assert set(k) == set(KPI_NAMES)
+    assert k["tokens"] is None and k["elapsed_s"] is None and k["model_calls"] is None
+    assert (k["steps"], k["max_steps"], k["tool_calls"], k["tools"]) == (3, 5, 1, ["mcp.add"])
+    assert (k["refusals"], k["gate_requested"], k["injected"], k["human_interventions"]) == (
+        1, 1, 1, 2)
+    assert (k["protocol"], k["answer_chars"], k["run_id"]) == ("native", 3, "run_test-1")
+    assert verdict(good_run()).kpis["tokens"] == 120
+    assert verdict(good_run()).kpis["protocol"] == "json"
