@@ -1,0 +1,209 @@
+"""The tool plane: one bus that owns every dispatch.
+
+It holds the catalogue (built-ins first, in their fixed order, then each
+MCP server's tools in ``--mcp-stdio`` order, sorted by name within a
+server), validates every call's arguments against the tool's JSON schema
+before anything runs, and turns every problem — unknown tool, bad
+arguments, a tool that crashed — into an ordinary failing ``ToolResult``.
+The loop can therefore hand it whatever the model said without a ``try``.
+
+Governance (which scopes a run holds, gates, audit) sits in front of this
+bus and reads ``ToolDescriptor.scopes_for``; the plane itself never refuses
+on policy.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from evalkit.errors import EvalkitError
+from evalkit.runtime.tools import builtins as _builtins
+from evalkit.runtime.tools.codetools import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT_S, CodeRunner
+from evalkit.runtime.tools.descriptor import BUILTIN_PLANE, ResultStore, ToolDescriptor, ToolResult
+from evalkit.runtime.tools.fsroot import fs_tool
+from evalkit.runtime.tools.mcp_client import (
+    DEFAULT_CALL_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S,
+    McpTool,
+    parse_mcp_specs,
+)
+from evalkit.runtime.tools.sandbox import NoSandbox, Sandbox
+
+#: The scope every MCP tool needs.
+MCP_SCOPE = "mcp.call"
+
+
+class ToolPlane:
+    """Built-ins plus MCP servers over stdio, behind ``catalogue``/``refresh``/``dispatch``."""
+
+    def __init__(self, root: Path, results: ResultStore, builtins: list[str] | None = None,
+                 mcp_stdio: Sequence[str] = (), sandbox: Sandbox | None = None, *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S,
+                 max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+                 network: bool = False,
+                 mcp_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+                 mcp_call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+                 mcp_errlog: TextIO | None = None) -> None:
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise EvalkitError(f"the mission root {str(root)!r} is not a directory")
+        self.results = results
+        self.sandbox: Sandbox = sandbox or NoSandbox()
+        names = list(_builtins.BUILTIN_NAMES if builtins is None else builtins)
+        unknown = [n for n in names if n not in _builtins.DESCRIPTORS]
+        if unknown:
+            raise EvalkitError(
+                f"no such built-in tool: {', '.join(unknown)} "
+                f"(built-ins: {', '.join(_builtins.BUILTIN_NAMES)})"
+            )
+        self._builtins = [d for n, d in _builtins.DESCRIPTORS.items() if n in names]
+        self._specs = parse_mcp_specs(mcp_stdio)
+        self._code = CodeRunner(self.root, self.sandbox, timeout_s=timeout_s,
+                                max_output_bytes=max_output_bytes, network=network)
+        self._hub_options: dict[str, Any] = {
+            "start_timeout_s": mcp_start_timeout_s,
+            "call_timeout_s": mcp_call_timeout_s,
+            "errlog": mcp_errlog,
+        }
+        self._hub: Any = None
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self._listed: dict[str, list[McpTool]] = {}
+        self._tools: dict[str, ToolDescriptor] = {}
+        self._validators: dict[str, Any] = {}
+        self._rebuild()
+
+    # -- life cycle ---------------------------------------------------------
+
+    def start(self) -> ToolPlane:
+        """Start the MCP servers (if any) and list their tools; idempotent."""
+        if self._closed:
+            raise EvalkitError("this tool plane is closed; make a new one")
+        if self._started:
+            return self
+        if self._specs:
+            from evalkit.runtime.tools.mcp_client import McpHub  # the SDK loads only here
+
+            hub = McpHub(self._specs, self.root, **self._hub_options)
+            self._listed = hub.start()  # closes itself and raises EvalkitError on failure
+            self._hub = hub
+            self._rebuild()
+        self._started = True
+        return self
+
+    def close(self) -> None:
+        """Stop the MCP servers; idempotent. Built-ins keep working."""
+        self._closed = True
+        hub, self._hub = self._hub, None
+        if hub is not None:
+            hub.close()
+
+    def __enter__(self) -> ToolPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- catalogue ----------------------------------------------------------
+
+    def catalogue(self) -> list[ToolDescriptor]:
+        """Every offered tool, in a stable order."""
+        with self._lock:
+            return list(self._tools.values())
+
+    def descriptor(self, name: str) -> ToolDescriptor | None:
+        """The descriptor offered under ``name``, if any."""
+        with self._lock:
+            return self._tools.get(name)
+
+    def refresh(self) -> bool:
+        """Re-list the MCP servers' tools (at a step boundary); True when the catalogue changed."""
+        hub = self._hub
+        if hub is None:
+            return False
+        before = [d.as_dict() for d in self.catalogue()]
+        self._listed = hub.list_tools()
+        self._rebuild()
+        return [d.as_dict() for d in self.catalogue()] != before
+
+    def _rebuild(self) -> None:
+        from jsonschema import exceptions as schema_errors
+        from jsonschema import validators
+
+        tools = {d.name: d for d in self._builtins}
+        for spec in self._specs:
+            for tool in sorted(self._listed.get(spec.namespace, []), key=lambda t: t.name):
+                name = f"{spec.namespace}.{tool.name}"
+                tools[name] = ToolDescriptor(name=name, description=tool.description,
+                                             parameters=tool.input_schema, scopes=(MCP_SCOPE,),
+                                             plane=spec.namespace, code=False)
+        checks: dict[str, Any] = {}
+        for name, desc in tools.items():
+            old = self._tools.get(name)
+            if old is not None and old.parameters == desc.parameters and name in self._validators:
+                checks[name] = self._validators[name]
+                continue
+            cls = validators.validator_for(desc.parameters, default=validators.Draft202012Validator)
+            try:
+                cls.check_schema(desc.parameters)
+                checks[name] = cls(desc.parameters)
+            except schema_errors.SchemaError:
+                checks[name] = None  # a schema we cannot read: the server validates its own
+        with self._lock:
+            self._tools, self._validators = tools, checks
+
+    # -- dispatch -----------------------------------------------------------
+
+    def dispatch(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Validate, then run one call; never raises for the call's sake."""
+        with self._lock:
+            desc = self._tools.get(name)
+            check = self._validators.get(name)
+        if desc is None:
+            return ToolResult.failure(_unknown(name, [d.name for d in self.catalogue()]), None)
+        if not isinstance(arguments, dict):
+            return ToolResult.failure(
+                f"arguments for {name} must be a JSON object, not {type(arguments).__name__}", None)
+        if check is not None:
+            problems = _problems(check, arguments)
+            if problems:
+                return ToolResult.failure(
+                    f"invalid arguments for {name}: {'; '.join(problems)}", None)
+        try:
+            return self._run(desc, arguments)
+        except Exception as exc:  # a bug in a tool must not end the mission
+            return ToolResult.failure(f"{name} failed inside evalkit: {exc!r}", None)
+
+    def _run(self, desc: ToolDescriptor, arguments: dict[str, Any]) -> ToolResult:
+        if desc.plane != BUILTIN_PLANE:
+            hub = self._hub
+            if hub is None:
+                return ToolResult.failure(f"{desc.name}: the MCP servers are not running", None)
+            return hub.call(desc.plane, desc.name[len(desc.plane) + 1:], arguments)
+        if desc.name == "fs":
+            return fs_tool(self.root, arguments)
+        if desc.name == "run_python_code":
+            return self._code.python(arguments)
+        if desc.name == "run_shell_command":
+            return self._code.shell(arguments)
+        return _builtins.mission_result(self.results, arguments)
+
+
+def _unknown(name: Any, offered: list[str]) -> str:
+    close = difflib.get_close_matches(str(name), offered, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else "it is not in the catalogue"
+    return f"unknown tool {name!r}; {hint}"
+
+
+def _problems(check: Any, arguments: dict[str, Any]) -> list[str]:
+    errors = sorted(check.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path])
+    out = []
+    for error in errors[:5]:
+        where = ".".join(str(p) for p in error.absolute_path)
+        out.append(f"{where}: {error.message}" if where else error.message)
+    return out
