@@ -27,6 +27,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("evalkit.commands.tables:ingest", "Turn run directories into a Parquet dataset."),
     "sql": ("evalkit.commands.tables:sql", "Query runs with DuckDB."),
     "mission": ("evalkit.runtime.command:mission_command", "Run a governed agent mission."),
+    "approvals": ("evalkit.commands.approvals:approvals", "List and decide gated tool requests."),
+    "replay": ("evalkit.commands.replay:replay", "Re-run a recording through the loop, no model."),
+    "regrade": ("evalkit.commands.replay:regrade", "Replay every run under a new skill manifest."),
+    "run": ("evalkit.commands.run:run", "Spawn the agent once per mission, capture, score."),
+    "measure": ("evalkit.commands.run:measure", "A suite over a configuration matrix, with stats."),
+    "report": ("evalkit.commands.report:report", "Render an HTML KPI report."),
+    "diff": ("evalkit.commands.report:diff", "Which verdicts flipped between two scorings."),
 }
 
 

@@ -31,7 +31,7 @@ class Emitter:
         scrubbed: dict[str, Any] = redact_obj(record)
         with self._lock:
             if self.writer is not None:
-                self.writer.append(scrubbed)
+                self.writer.append(scrubbed, scrubbed=True)
             if self.sink is not None:
                 self.sink.write(scrubbed)
             self.emitted += 1

@@ -225,13 +225,17 @@ class RunWriter:
         """The seq of the last appended record (0 before the first)."""
         return self._seq
 
-    def append(self, record: dict[str, Any]) -> int:
-        """Append one stream record as ``{seq, at, record}``; returns its seq."""
-        scrubbed = redact_obj(record)
+    def append(self, record: dict[str, Any], *, scrubbed: bool = False) -> int:
+        """Append one stream record as ``{seq, at, record}``; returns its seq.
+
+        ``scrubbed=True`` says the caller already ran the redactor (the emitter
+        does), so the record is not walked twice.
+        """
+        clean = record if scrubbed else redact_obj(record)
         with self._lock:
             self._check_open()
             seq = self._seq + 1
-            self._events.write_line(encode_line({"seq": seq, "at": now_iso(), "record": scrubbed}))
+            self._events.write_line(encode_line({"seq": seq, "at": now_iso(), "record": clean}))
             self._seq = seq
             return seq
 
