@@ -10,6 +10,7 @@ pass. Every other subcommand runs ``check`` first.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -125,14 +126,30 @@ def _mission_problems(suite: Suite, m: Mission, pattern: re.Pattern[str] | None 
 
 def _tools_named(prompt: str, tools: Iterable[str]) -> Iterable[tuple[str, str]]:
     """(tool, the text naming it) for each served tool the prompt names."""
-    for tool in dict.fromkeys(tools):
-        names = dict.fromkeys(n for n in (tool, tool.rsplit(".", 1)[-1]) if n)
-        for name in names:
-            hit = re.search(rf"(?<![{_BOUNDARY}]){re.escape(name)}(?![{_BOUNDARY}])",
-                            prompt, re.IGNORECASE)
-            if hit:
-                yield tool, hit.group(0)
+    tools = tuple(dict.fromkeys(tools))
+    matcher, names = _tool_matcher(tools)
+    if matcher is None:
+        return
+    said: dict[str, str] = {}
+    for hit in matcher.finditer(prompt):
+        said.setdefault(hit.group(1).lower(), hit.group(1))
+    for tool in tools:
+        for name in names[tool]:
+            if name.lower() in said:
+                yield tool, said[name.lower()]
                 break
+
+
+@functools.lru_cache(maxsize=32)
+def _tool_matcher(tools: tuple[str, ...]) -> tuple[re.Pattern[str] | None, dict[str, tuple[str, ...]]]:
+    """One pattern finding every tool name or last dotted segment, overlaps included."""
+    names = {t: tuple(dict.fromkeys(n for n in (t, t.rsplit(".", 1)[-1]) if n)) for t in tools}
+    every = sorted({n for ns in names.values() for n in ns}, key=len, reverse=True)
+    if not every:
+        return None, names
+    alternation = "|".join(re.escape(n) for n in every)
+    pattern = rf"(?=(?<![{_BOUNDARY}])({alternation})(?![{_BOUNDARY}]))"
+    return re.compile(pattern, re.IGNORECASE), names
 
 
 def _published(agent_flags: tuple[str, ...] | None) -> dict[str, bool]:

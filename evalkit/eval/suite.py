@@ -44,6 +44,7 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,8 +190,41 @@ class SuiteError(EvalkitError):
 def load_suite(path: str | Path) -> Suite:
     """Read a suite file (or a directory holding one); raise ``SuiteError`` if it is not one."""
     file = _suite_file(Path(path))
-    data, tree = _parse(file, _read_text(file))
+    text = _read_text(file)
+    fast = _json_fast_path(text) if len(text) > _FAST_PATH_FROM else None
+    if fast is not None:
+        # Machine-written JSON suites can be large: build without the YAML node
+        # tree (missions then carry no line), and compose it only on a problem.
+        try:
+            return _Builder(file, _Tree()).suite(fast)
+        except SuiteError:
+            pass
+    data, tree = _parse(file, text)
     return _Builder(file, tree).suite(data)
+
+
+#: Above this many characters a JSON suite is built without its node tree.
+_FAST_PATH_FROM = 256 * 1024
+
+
+def _json_fast_path(text: str) -> Any | None:
+    """The document, when ``text`` is a JSON object without repeated keys; else None."""
+    if not text.lstrip().startswith("{"):
+        return None
+    repeated = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeated
+        out = dict(items)
+        if len(out) != len(items):
+            repeated = True
+        return out
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    return None if repeated else data
 
 
 # -- reading -----------------------------------------------------------------
@@ -309,7 +343,59 @@ def _nesting_bound(text: str) -> int:
     (``[``, ``{``, ``-``, ``?`` or ``:``), so counting them all over-counts
     but never under-counts.
     """
-    return 1 + sum(text.count(c) for c in "[{-?:")
+    flow = text.count("[") + text.count("{")
+    if flow > _FAST_MAX_NESTING:
+        flow = _flow_depth(text)
+    block = max((len(line) - len(line.lstrip(" ")) + sum(line.count(c) for c in "-?:")
+                 for line in text.splitlines()), default=0)
+    return 1 + flow + block
+
+
+_FLOW_TOKENS = re.compile(r"""[\[\]{}'"#\n]""")
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest flow nesting (``[``/``{``), skipping quoted text and comments.
+
+    Brackets in block plain scalars can only over-count (a close is clamped at
+    zero), so the bound stays safe for the C loader's recursion limit.
+    """
+    depth = deepest = 0
+    quote: str | None = None
+    comment = False
+    pos = 0
+    for match in _FLOW_TOKENS.finditer(text):
+        ch, at = match.group(), match.start()
+        if comment:
+            comment = ch != "\n"
+            continue
+        if quote == "'":
+            if ch == "'":
+                quote = None  # '' (an escaped quote) reopens at the next one
+            continue
+        if quote == '"':
+            if ch == '"' and not _escaped(text, at, pos):
+                quote = None
+            continue
+        if ch in "'\"":
+            quote = ch
+            pos = at
+        elif ch == "#" and (at == 0 or text[at - 1] in " \t\n"):
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+def _escaped(text: str, at: int, start: int) -> bool:
+    """Whether the character at ``at`` is preceded by an odd run of backslashes."""
+    n = 0
+    while at - n - 1 > start and text[at - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
 
 
 # -- shaping -----------------------------------------------------------------

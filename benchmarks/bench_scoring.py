@@ -1,0 +1,184 @@
+"""How fast does scoring go, and what does it cost in memory, as runs pile up?
+
+For each N it synthesises N mission-shaped runs and their suite (see
+``synth.py``), then measures each phase in a fresh subprocess, so wall time
+includes start-up and peak RSS is that phase's own:
+
+  (a) reference   a plain loop: open each events.jsonl, json.loads every line,
+                  count — the bar any scorer has to beat;
+  (b) jsonl/py    ``evalkit score --engine python`` (reader + summarize);
+  (b') jsonl/duck ``evalkit score --engine duckdb`` (same verdicts via DuckDB SQL);
+  (c) ingest      ``ingest`` JSONL -> Parquet dataset (MB/s over events and over all JSONL);
+  (d) parquet     ``evalkit score --dataset`` (one aggregate query over Parquet).
+
+Usage: python benchmarks/bench_scoring.py [--sizes 1000,10000,100000] [--records-per-run 20]
+Everything it writes goes under benchmarks/out/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synth import synthesise  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "out"
+
+REFERENCE = r"""
+import json, sys
+from pathlib import Path
+records = 0
+for path in sorted(Path(sys.argv[1]).glob("*/*/events.jsonl")):
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            records += isinstance(value, dict)
+print(records)
+"""
+
+SUMMARIES = r"""
+import sys
+from pathlib import Path
+runs, engine = Path(sys.argv[1]), sys.argv[2]
+files = sorted(runs.glob("*/*/events.jsonl"))
+if engine == "python":
+    from evalkit.eval.summary import summarize
+    from evalkit.store.reader import read_events_file
+    for path in files:
+        read = read_events_file(path)
+        summarize(read.records, read.lines, source=str(path), skipped=read.skipped)
+elif engine == "duckdb":
+    from evalkit.eval.tables import summaries_via_duckdb
+    summaries_via_duckdb(runs, files)
+else:
+    from evalkit.eval.tables import summaries_from_dataset
+    summaries_from_dataset(Path(engine))
+"""
+
+SUITE = r"""
+import sys
+from evalkit.eval.suite import load_suite
+load_suite(sys.argv[1])
+"""
+
+INGEST = r"""
+import sys
+from pathlib import Path
+from evalkit.store.ingest import ingest
+result = ingest(Path(sys.argv[1]), Path(sys.argv[2]))
+print(result.runs, result.events, result.bytes)
+"""
+
+
+def measure(argv: list[str]) -> tuple[float, float, str]:
+    """Run one phase in a fresh process: (wall seconds, its peak RSS in MB, its stdout).
+
+    The child is reaped with wait4, so the RSS is this child's own peak.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode not in (0, 1):  # 1 = some mission failed, expected here
+            raise SystemExit(f"{' '.join(argv[:5])} failed ({proc.returncode}):\n"
+                             f"{err.read().decode(errors='replace')[-2000:]}")
+        return wall, usage.ru_maxrss / 1024, out.read().decode()
+
+
+def _jsonl_bytes(runs: Path) -> tuple[int, int]:
+    events = total = 0
+    for path in runs.glob("*/*/*.jsonl"):
+        size = path.stat().st_size
+        total += size
+        events += size if path.name == "events.jsonl" else 0
+    return events, total
+
+
+def prepare(n: int, records: int) -> dict:
+    """Synthesise (or reuse) N runs under benchmarks/out/."""
+    folder = OUT / f"n{n}-r{records}"
+    marker = folder / "synth.json"
+    if marker.is_file():
+        return {**json.loads(marker.read_text()), "runs": folder / "runs",
+                "suite": folder / "suite.yaml"}
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    synthesise(folder, n, records=records)
+    events, total = _jsonl_bytes(folder / "runs")
+    info = {"n": n, "records": records, "events_bytes": events, "jsonl_bytes": total}
+    marker.write_text(json.dumps(info))
+    return {**info, "runs": folder / "runs", "suite": folder / "suite.yaml"}
+
+
+def bench(n: int, records: int) -> list[tuple[str, float, float, float, str]]:
+    data = prepare(n, records)
+    runs, suite = str(data["runs"]), str(data["suite"])
+    dataset = str(Path(runs).parent / "dataset.parquet")
+    events_mb = data["events_bytes"] / 1e6
+    all_mb = data["jsonl_bytes"] / 1e6
+    # The console script's own entry point, run by this interpreter.
+    evalkit = [sys.executable, "-c", "import sys; from evalkit.cli import main; sys.exit(main())"]
+    score = [*evalkit, "score", "--suite", suite, "--json", "--allow-failures"]
+    phases = [
+        ("(a) reference json.loads", [sys.executable, "-c", REFERENCE, runs], events_mb),
+        ("(b) score jsonl --engine python", [*score, "--runs", runs, "--engine", "python"],
+         events_mb),
+        ("(b') score jsonl --engine duckdb", [*score, "--runs", runs, "--engine", "duckdb"],
+         events_mb),
+        ("(c) ingest jsonl -> parquet", [sys.executable, "-c", INGEST, runs, dataset], all_mb),
+        ("(d) score --dataset (parquet)", [*score, "--dataset", dataset], events_mb),
+        # The same engines without the CLI, suite and verdicts: summaries only.
+        ("  summaries python (lib)", [sys.executable, "-c", SUMMARIES, runs, "python"], events_mb),
+        ("  summaries via duckdb (lib)", [sys.executable, "-c", SUMMARIES, runs, "duckdb"],
+         events_mb),
+        ("  summaries from dataset (lib)", [sys.executable, "-c", SUMMARIES, runs, dataset],
+         events_mb),
+        ("  suite load only (lib)", [sys.executable, "-c", SUITE, suite], 0.0),
+    ]
+    rows = []
+    reports = {}
+    for name, argv, mb in phases:
+        wall, rss, out = measure(argv)
+        note = f"{mb:.0f} MB {'all JSONL' if mb == all_mb else 'events'}" if mb else ""
+        rows.append((name, wall, n / wall, mb / wall, rss, note))
+        if name.startswith("(") and "score" in name:
+            reports[name] = json.loads(out)
+    verdicts = {json.dumps(r, sort_keys=True) for r in reports.values()}
+    if len(verdicts) != 1:
+        print(f"WARNING: the scoring paths disagree at N={n}", file=sys.stderr)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,10000",
+                        help="comma-separated run counts (100000 takes a few minutes)")
+    parser.add_argument("--records-per-run", type=int, default=20)
+    args = parser.parse_args()
+    print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}")
+    for n in (int(s) for s in args.sizes.split(",")):
+        rows = bench(n, args.records_per_run)
+        print(f"\nN = {n:,} runs, ~{args.records_per_run} records each")
+        print(f"{'phase':34} {'wall s':>8} {'runs/s':>9} {'MB/s':>7} {'peak RSS MB':>12}  over")
+        for name, wall, rps, mbps, rss, note in rows:
+            print(f"{name:34} {wall:8.2f} {rps:9.0f} {mbps:7.1f} {rss:12.0f}  {note}")
+
+
+if __name__ == "__main__":
+    main()

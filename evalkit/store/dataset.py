@@ -1,0 +1,191 @@
+"""The Parquet dataset's shape, and the reference meaning of every column.
+
+A dataset is derived from JSONL and must say exactly what the JSONL reader
+says. The fast path (DuckDB SQL in ``evalkit.store.ingest``) is therefore
+checked against, and falls back to, the plain Python functions here, which
+build a row from a record the way ``evalkit.store.reader`` and
+``evalkit.eval.summary`` read it: lines parsed by orjson, envelopes unwrapped
+by ``reader.unwrap``, text fields through ``summary.text``, numbers through
+``summary.number``, booleans through ``summary.flag``.
+
+Numbers are stored as DOUBLE (a column has one type); integers beyond 2**53
+lose precision there, so a consumer needing them exactly reads ``record``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from evalkit.contract import conforms
+from evalkit.eval.summary import flag, number, text
+from evalkit.store.reader import unwrap
+
+FORMAT = "evalkit-dataset"
+VERSION = 1
+MANIFEST = "dataset.json"
+DEFAULT_NAME = "dataset.parquet"
+TABLES = ("runs", "events", "model_calls", "tool_calls")
+
+_S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+
+#: Typed columns of ``events`` read from the record (name, type), in order.
+EVENT_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
+    ("event", _S), ("branch", _S), ("index", _I), ("tool", _S), ("call", _I),
+    ("ok", _B), ("has_plan", _B), ("injected_truthy", _B),
+    ("repairing", _B), ("ran", _B), ("grounded", _B), ("verified", _B), ("repairs", _F),
+    ("outcome", _S), ("reason", _S), ("steps", _F), ("max_steps", _F), ("elapsed_s", _F),
+    ("budget_which", _S), ("prompt_tokens", _F), ("completion_tokens", _F),
+    ("total_tokens", _F), ("calls", _F), ("cost", _F),
+    ("text", _S), ("run_id", _S), ("protocol", _S), ("profile", _S), ("sandbox", _S),
+    ("objective", _S),
+)
+
+_KEYS = (("run", _S), ("events_path", _S), ("line", pa.int32()))
+
+EVENTS_SCHEMA = pa.schema(
+    [*_KEYS, ("seq", _I), ("at", _S), *EVENT_FIELDS,
+     ("problems", pa.list_(_S)), ("record", _S)]
+)
+
+RUNS_SCHEMA = pa.schema([
+    ("run", _S), ("events_path", _S), ("records", _I), ("blank", _I), ("torn", _I),
+    ("non_object", _I), ("run_id", _S), ("objective", _S), ("finished", _B), ("outcome", _S),
+    ("meta", _S),
+])
+
+MODEL_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
+    ("call", _I), ("at", _S), ("kind", _S), ("content", _S),
+    ("prompt_tokens", _F), ("completion_tokens", _F), ("total_tokens", _F),
+)
+MODEL_SCHEMA = pa.schema([("run", _S), ("path", _S), ("line", pa.int32()), *MODEL_FIELDS,
+                          ("record", _S)])
+
+TOOL_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
+    ("call", _I), ("at", _S), ("tool", _S), ("arguments", _S), ("exit_code", _I),
+    ("catalogue", _S),
+)
+TOOL_SCHEMA = pa.schema([("run", _S), ("path", _S), ("line", pa.int32()), *TOOL_FIELDS,
+                         ("record", _S)])
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "runs": RUNS_SCHEMA, "events": EVENTS_SCHEMA,
+    "model_calls": MODEL_SCHEMA, "tool_calls": TOOL_SCHEMA,
+}
+
+
+def classify(line: str) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
+    """One line -> (kind, record, envelope), as ``reader.parse_line`` reads it.
+
+    kind is ``blank``, ``torn``, ``non_object`` or ``record``; envelope is the
+    outer object when the line was one, else None.
+    """
+    if not line.strip():
+        return "blank", None, None
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return "torn", None, None
+    if not isinstance(value, dict):
+        return "non_object", None, None
+    record = unwrap(value)
+    return "record", record, (value if record is not value else None)
+
+
+def integer(value: Any) -> int | None:
+    """A field read as a 64-bit integer: ``number`` when it is integral and fits, else null."""
+    found = number(value)
+    if isinstance(found, int) and -(2**63) <= found < 2**63:
+        return found
+    return None
+
+
+def real(value: Any) -> float | None:
+    """A field read as a DOUBLE column value (``number``, then float)."""
+    found = number(value)
+    return None if found is None else float(found)
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text, as the ``record`` column keeps it."""
+    return orjson.dumps(value).decode()
+
+
+def event_columns(record: Mapping[str, Any], envelope: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The typed ``events`` columns of one record (the reference for the SQL path)."""
+    env = envelope or {}
+    budget = record.get("budget")
+    usage = _dict(record.get("usage"))
+    return {
+        "seq": integer(env.get("seq")),
+        "at": text(env.get("at")),
+        "event": text(record.get("event")),
+        "branch": text(record.get("branch")),
+        "index": integer(record.get("index")),
+        "tool": text(record.get("tool")),
+        "call": integer(record.get("call")),
+        "ok": flag(record.get("ok")),
+        "has_plan": "plan" in record,
+        "injected_truthy": bool(record.get("injected")),
+        "repairing": flag(record.get("repairing")),
+        "ran": flag(record.get("ran")),
+        "grounded": flag(record.get("grounded")),
+        "verified": flag(record.get("verified")),
+        "repairs": real(record.get("repairs")),
+        "outcome": text(record.get("outcome")),
+        "reason": text(record.get("reason")),
+        "steps": real(record.get("steps")),
+        "max_steps": real(record.get("max_steps")),
+        "elapsed_s": real(record.get("elapsed_s")),
+        "budget_which": text(budget.get("which")) if isinstance(budget, dict) else text(budget),
+        "prompt_tokens": real(usage.get("prompt_tokens")),
+        "completion_tokens": real(usage.get("completion_tokens")),
+        "total_tokens": real(usage.get("total_tokens")),
+        "calls": real(usage.get("calls")),
+        "cost": real(usage.get("cost")),
+        "text": text(record.get("text")),
+        "run_id": text(record.get("run_id")),
+        "protocol": text(record.get("protocol")),
+        "profile": text(record.get("profile")),
+        "sandbox": text(record.get("sandbox")),
+        "objective": text(record.get("objective")),
+        "problems": conforms(record),
+        "record": dumps(record),
+    }
+
+
+def model_columns(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The typed ``model_calls`` columns of one model.jsonl line."""
+    reply = _dict(record.get("reply"))
+    usage = _dict(reply.get("usage"))
+    return {
+        "call": integer(record.get("call")),
+        "at": text(record.get("at")),
+        "kind": text(record.get("kind")),
+        "content": text(reply.get("content")),
+        "prompt_tokens": real(usage.get("prompt_tokens")),
+        "completion_tokens": real(usage.get("completion_tokens")),
+        "total_tokens": real(usage.get("total_tokens")),
+        "record": dumps(record),
+    }
+
+
+def tool_columns(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The typed ``tool_calls`` columns of one tools.jsonl line."""
+    result = _dict(record.get("result"))
+    return {
+        "call": integer(record.get("call")),
+        "at": text(record.get("at")),
+        "tool": text(record.get("tool")),
+        "arguments": text(record["arguments"]) if "arguments" in record else None,
+        "exit_code": integer(result.get("exit_code")),
+        "catalogue": text(record["catalogue"]) if "catalogue" in record else None,
+        "record": dumps(record),
+    }

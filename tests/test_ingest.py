@@ -1,0 +1,152 @@
+"""Ingest: JSONL run directories -> a Parquet dataset that says what the reader says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import orjson
+import pyarrow.parquet as pq
+
+from evalkit.store import dataset as ds
+from evalkit.store.ingest import discover, ingest
+from evalkit.store.reader import read_events_file
+from tests._runs import bare, call, envelope, finished, started, write_corpus, write_run
+
+
+def _rows(out: Path, table: str) -> list[dict]:
+    order = "run" if table == "runs" else "run, line"
+    con = duckdb.connect()
+    try:
+        relation = con.sql(f"SELECT * FROM read_parquet('{out}/{table}.parquet') ORDER BY {order}")
+        names = [d[0] for d in relation.description]
+        return [dict(zip(names, row, strict=True)) for row in relation.fetchall()]
+    finally:
+        con.close()
+
+
+def test_records_round_trip_and_counts_match_the_reader(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    result = ingest(runs)
+    events = _rows(result.out, "events")
+    by_run = {r["run"]: r for r in _rows(result.out, "runs")}
+    assert result.runs == len(by_run) and result.events == len(events)
+    for path in sorted(runs.glob("*/events.jsonl")):
+        read = read_events_file(path)
+        run = path.parent.name
+        rows = [e for e in events if e["run"] == run]
+        assert [orjson.loads(r["record"]) for r in rows] == read.records, run
+        assert [r["line"] for r in rows] == read.lines, run
+        assert {r["events_path"] for r in rows} <= {f"{run}/events.jsonl"}
+        counts = by_run[run]
+        assert (counts["records"], counts["blank"], counts["torn"], counts["non_object"]) == (
+            len(read.records), read.blank, read.torn, read.non_object), run
+
+
+def test_every_column_matches_the_python_reference(tmp_path: Path) -> None:
+    """The SQL fast path and dataset.event_columns agree on every row of the corpus."""
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    out = ingest(runs).out
+    lines: dict[tuple[str, int], str] = {}
+    for path in runs.glob("*/events.jsonl"):
+        text = path.read_bytes().decode("utf-8", "replace")
+        for number, line in enumerate(text.split("\n"), start=1):
+            lines[(path.parent.name, number)] = line
+    for row in _rows(out, "events"):
+        kind, record, env = ds.classify(lines[(row["run"], row["line"])])
+        assert kind == "record"
+        want = ds.event_columns(record, env)
+        got = {k: row[k] for k in want}
+        want["record"] = got["record"] = None  # compared as values above, not as text
+        assert got == want, (row["run"], row["line"])
+
+
+def test_envelopes_and_bare_records_read_the_same(tmp_path: Path) -> None:
+    records = [started(), call(1, "mcp.a"), finished()]
+    write_run(tmp_path / "runs" / "env", [envelope(i, r) for i, r in enumerate(records, 1)])
+    write_run(tmp_path / "runs" / "bare", [bare(r) for r in records])
+    out = ingest(tmp_path / "runs").out
+    rows = _rows(out, "events")
+    env = [r for r in rows if r["run"] == "env"]
+    plain = [r for r in rows if r["run"] == "bare"]
+    assert [orjson.loads(r["record"]) for r in env] == [orjson.loads(r["record"]) for r in plain]
+    assert [r["seq"] for r in env] == [1, 2, 3] and all(r["at"] for r in env)
+    assert [r["seq"] for r in plain] == [None] * 3 and [r["at"] for r in plain] == [None] * 3
+    assert [r["event"] for r in env] == ["mission_started", "tool_call", "mission_finished"]
+    assert env[2]["total_tokens"] == 120 and env[0]["run_id"] == "run_x-1"
+
+
+def test_model_and_tool_calls_are_ingested(tmp_path: Path) -> None:
+    model = [{"call": 1, "at": "t1", "kind": "mission",
+              "request": {"messages": [{"role": "user", "content": "hi"}], "extra": {}},
+              "reply": {"content": "hello", "tool_calls": [],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1,
+                                  "total_tokens": 4}}}]
+    tools = [{"call": 0, "at": "t0", "catalogue": [{"name": "mcp.a"}]},
+             {"call": 1, "at": "t2", "tool": "mcp.a", "arguments": {"q": 1},
+              "result": {"exit_code": 0, "stdout": "ok", "stderr": "", "structured": None}}]
+    write_run(tmp_path / "runs" / "r", [bare(started()), bare(finished())],
+              meta={"run_id": "run_meta", "meta": {"objective": "o"}}, model=model, tools=tools)
+    write_run(tmp_path / "runs" / "none", [bare(finished())])
+    out = ingest(tmp_path / "runs").out
+    (m,) = _rows(out, "model_calls")
+    assert (m["run"], m["path"], m["call"], m["kind"], m["content"], m["total_tokens"]) == (
+        "r", "r/model.jsonl", 1, "mission", "hello", 4.0)
+    assert orjson.loads(m["record"]) == model[0]
+    t0, t1 = _rows(out, "tool_calls")
+    assert json.loads(t0["catalogue"]) == [{"name": "mcp.a"}] and t0["tool"] is None
+    assert (t1["tool"], json.loads(t1["arguments"]), t1["exit_code"]) == ("mcp.a", {"q": 1}, 0)
+    runs = {r["run"]: r for r in _rows(out, "runs")}
+    assert json.loads(runs["r"]["meta"])["run_id"] == "run_meta"
+    assert runs["none"]["meta"] is None and runs["none"]["run_id"] is None
+    assert runs["r"]["finished"] and runs["r"]["outcome"] == "answered"
+
+
+def test_empty_root_gives_empty_tables_with_their_schema(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    out = ingest(tmp_path / "runs").out
+    for table, schema in ds.SCHEMAS.items():
+        read = pq.read_table(out / f"{table}.parquet")
+        assert read.num_rows == 0 and read.schema.names == schema.names
+    manifest = json.loads((out / "dataset.json").read_text())
+    assert manifest["format"] == "evalkit-dataset" and manifest["version"] == 1
+    assert manifest["runs"] == 0 and manifest["events"] == 0
+
+
+def test_reingest_is_idempotent_and_skips_the_dataset(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    nested = write_run(runs / "deep" / "er" / "run_1", [bare(finished())])
+    first = ingest(runs)
+    before = {p.name: p.read_bytes() for p in first.out.iterdir()}
+    # A stray events.jsonl inside the dataset folder must not become a run.
+    (first.out / "events.jsonl").write_text(bare(finished()) + "\n")
+    second = ingest(runs)
+    after = {p.name: p.read_bytes() for p in second.out.iterdir()}
+    assert before == after
+    assert nested in discover(runs, skip=first.out)
+    assert not list(tmp_path.glob("runs/.dataset.parquet*"))
+
+
+def test_invalid_utf8_and_binary_do_not_crash(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "bin", bytes(range(256)) * 64)
+    write_run(runs / "utf", b'{"event":"answer","text":"\xff\xfe caf\xe9","outcome":"o"}\n')
+    result = ingest(runs)
+    rows = {r["run"]: r for r in _rows(result.out, "runs")}
+    read = read_events_file(runs / "bin" / "events.jsonl")
+    assert (rows["bin"]["records"], rows["bin"]["torn"] + rows["bin"]["blank"]
+            + rows["bin"]["non_object"]) == (len(read.records), read.skipped)
+    (event,) = _rows(result.out, "events")
+    assert event["text"] == "\ufffd\ufffd caf\ufffd"
+
+
+def test_run_dir_at_root_and_custom_out(tmp_path: Path) -> None:
+    write_run(tmp_path / "one", [bare(finished())])
+    result = ingest(tmp_path / "one", tmp_path / "elsewhere" / "ds")
+    (row,) = _rows(result.out, "runs")
+    assert (row["run"], row["events_path"]) == (".", "events.jsonl")
+    assert result.bytes == (tmp_path / "one" / "events.jsonl").stat().st_size
