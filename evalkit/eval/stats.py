@@ -10,10 +10,14 @@ few lines of arithmetic each, and a reader can check them by hand.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 Z95 = 1.959963984540054
+
+#: The verdict of every comparison whose test does not reject.
+NO_DIFFERENCE = "no detectable difference"
 
 
 def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -103,7 +107,7 @@ def paired(baseline: Sequence[bool], row: Sequence[bool], alpha: float = 0.05) -
     b = sum(1 for x, y in zip(baseline, row, strict=True) if x and not y)
     c = sum(1 for x, y in zip(baseline, row, strict=True) if y and not x)
     if n == 0:
-        return Paired(0, 0, 0, 0.0, (0.0, 0.0), 1.0, "no detectable difference")
+        return Paired(0, 0, 0, 0.0, (0.0, 0.0), 1.0, NO_DIFFERENCE)
     delta = (c - b) / n
     spread = math.sqrt(max((b + c) - (c - b) ** 2 / n, 0.0)) / n
     half = Z95 * spread + 1 / n
@@ -111,5 +115,177 @@ def paired(baseline: Sequence[bool], row: Sequence[bool], alpha: float = 0.05) -
     if p < alpha:
         verdict = "better" if c > b else "worse"
     else:
-        verdict = "no detectable difference"
+        verdict = NO_DIFFERENCE
     return Paired(n, b, c, delta, (max(-1.0, delta - half), min(1.0, delta + half)), p, verdict)
+
+
+# -- repeats, cells and rows -------------------------------------------------------------------
+#
+# ``measure`` runs every mission R times per row. The unit of independence is the
+# mission (repeats of one mission share its difficulty), so everything below that
+# spans missions either treats each mission as one unit (bootstrap, paired
+# comparison) or says plainly that it pools trials (Wilson over trials).
+
+#: Outcome words a cell is described from (the failure taxonomy's categories).
+PASS, FAIL, MISSING, INFRA = "pass", "fail", "missing", "infra"
+OUTCOME_WORDS: tuple[str, ...] = (PASS, FAIL, MISSING, INFRA)
+
+#: How a row and the baseline are paired; see ``compare``.
+PAIRING = "mission-majority"
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20240501
+
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _interval(bounds: tuple[float, float] | None) -> list[float] | None:
+    return None if bounds is None else [round(bounds[0], 4), round(bounds[1], 4)]
+
+
+def rate(passed: int, n: int) -> dict[str, object]:
+    """A pass rate with its 95% Wilson interval: ``{passed, n, value, wilson}``."""
+    return {"passed": passed, "n": n, "value": _r(passed / n) if n else None,
+            "wilson": _interval(wilson(passed, n))}
+
+
+def bootstrap_rate(per_mission: Sequence[Sequence[bool]], *,
+                   resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                   level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the pooled pass rate, resampling *missions*.
+
+    Each resample draws missions with replacement and keeps every repeat of a
+    drawn mission together, so a flaky mission widens the interval the way it
+    should. Seeded: the same outcomes give the same interval on every machine.
+    """
+    missions = [(sum(1 for o in tries if o), len(tries)) for tries in per_mission if tries]
+    if not missions:
+        return None
+    rng = random.Random(seed)
+    m = len(missions)
+    rates: list[float] = []
+    for _ in range(resamples):
+        passed = tries = 0
+        for _ in range(m):
+            p, t = missions[rng.randrange(m)]
+            passed += p
+            tries += t
+        rates.append(passed / tries)
+    rates.sort()
+    low = rates[math.floor((1 - level) / 2 * resamples)]
+    high = rates[math.ceil((1 + level) / 2 * resamples) - 1]
+    return (low, high)
+
+
+def mean_pass_at_k(counts: Sequence[tuple[int, int]], k: int) -> float | None:
+    """pass@k averaged over missions, each given as (tries n, passes c); None if any n < k."""
+    values = [pass_at_k(n, c, k) for n, c in counts]
+    if not values or any(v is None for v in values):
+        return None
+    return sum(values) / len(values)  # type: ignore[arg-type]
+
+
+def mean_pass_hat_k(counts: Sequence[tuple[int, int]], k: int) -> float | None:
+    """pass^k averaged over missions, each given as (tries n, passes c); None if any n < k."""
+    values = [pass_hat_k(n, c, k) for n, c in counts]
+    if not values or any(v is None for v in values):
+        return None
+    return sum(values) / len(values)  # type: ignore[arg-type]
+
+
+def majority(outcomes: Sequence[bool]) -> bool | None:
+    """Passed on more than half of its tries (a tie is not a pass); None with no tries."""
+    if not outcomes:
+        return None
+    return 2 * sum(1 for o in outcomes if o) > len(outcomes)
+
+
+def describe_cell(outcomes: Mapping[str, Sequence[str]]) -> dict[str, object]:
+    """Everything ``measure`` reports for one row and half.
+
+    ``outcomes`` maps each mission key to its per-repeat outcome words
+    (``pass``, ``fail``, ``missing``, ``infra``), in repeat order.
+
+    - ``rate``: passes over all trials, Wilson 95% (trials pooled as if independent);
+    - ``rate_without_infra``: the same with infrastructure errors taken out of the
+      denominator (the agent's rate when the machinery worked);
+    - ``bootstrap``: 95% percentile interval resampling missions (repeats > 1 only),
+      the honest interval when repeats of one mission are correlated;
+    - ``pass_at_k`` / ``pass_hat_k`` for k = 1..repeat (an infra error is a failed try);
+    - ``stability`` over each mission's non-infra tries: stable_pass, stable_fail,
+      flaky, or infra when every try was an infrastructure error.
+    """
+    counts = {word: 0 for word in OUTCOME_WORDS}
+    per_mission: dict[str, dict[str, object]] = {}
+    tries: list[tuple[int, int]] = []
+    pooled: list[list[bool]] = []
+    stable = {"stable_pass": 0, "stable_fail": 0, "flaky": 0, "infra": 0}
+    for key, words in outcomes.items():
+        for word in words:
+            counts[word] = counts.get(word, 0) + 1
+        passed = sum(1 for w in words if w == PASS)
+        clean = [w == PASS for w in words if w != INFRA]
+        word = stability(clean) if clean else "infra"
+        stable[word] += 1
+        tries.append((len(words), passed))
+        pooled.append([w == PASS for w in words])
+        per_mission[key] = {"tries": len(words), "passed": passed,
+                            "infra": sum(1 for w in words if w == INFRA), "stability": word}
+    trials = sum(n for n, _ in tries)
+    passed_all = counts[PASS]
+    repeat = max((n for n, _ in tries), default=0)
+    ks = range(1, repeat + 1)
+    return {
+        "missions": len(per_mission),
+        "repeat": repeat,
+        "trials": trials,
+        "counts": counts,
+        "rate": rate(passed_all, trials),
+        "rate_without_infra": rate(passed_all, trials - counts[INFRA]),
+        "bootstrap": _interval(bootstrap_rate(pooled)) if repeat > 1 else None,
+        "pass_at_k": {str(k): _r(mean_pass_at_k(tries, k)) for k in ks},
+        "pass_hat_k": {str(k): _r(mean_pass_hat_k(tries, k)) for k in ks},
+        "stability": stable,
+        "per_mission": per_mission,
+    }
+
+
+def compare(baseline: Mapping[str, Sequence[str]], row: Mapping[str, Sequence[str]],
+            alpha: float = 0.05) -> dict[str, object]:
+    """A row against the baseline over the same missions, paired by mission.
+
+    Pairing (``mission-majority``): each mission is one pair. On each side its
+    outcome is the majority of its non-infra tries (more than half passed; a
+    tie is not a pass). A mission with no non-infra try on either side cannot
+    be paired and is listed under ``excluded``. The paired missions then go to
+    ``paired``: the delta of majority pass rates (row minus baseline) with its
+    95% interval, the exact McNemar p-value on the discordant missions, and the
+    verdict — better or worse only when McNemar rejects at ``alpha``, else
+    "no detectable difference". Repeats therefore sharpen each mission's
+    outcome but never multiply the sample: R repeats of 10 missions are 10 pairs.
+    """
+    base_votes: list[bool] = []
+    row_votes: list[bool] = []
+    excluded: list[str] = []
+    for key in baseline:
+        if key not in row:
+            excluded.append(key)
+            continue
+        b = majority([w == PASS for w in baseline[key] if w != INFRA])
+        r = majority([w == PASS for w in row[key] if w != INFRA])
+        if b is None or r is None:
+            excluded.append(key)
+            continue
+        base_votes.append(b)
+        row_votes.append(r)
+    result = paired(base_votes, row_votes, alpha).as_dict()
+    result.update({
+        "pairing": PAIRING,
+        "excluded": excluded,
+        "baseline_rate": _r(sum(base_votes) / len(base_votes)) if base_votes else None,
+        "row_rate": _r(sum(row_votes) / len(row_votes)) if row_votes else None,
+    })
+    return result

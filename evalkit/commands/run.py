@@ -1,0 +1,111 @@
+"""``evalkit run`` and ``evalkit measure``: parse, call the library, print, exit code.
+
+The work is in ``evalkit.eval.runner`` (spawning, capture), ``evalkit.eval.measure``
+(the matrix) and ``evalkit.eval.stats``; this module only wires flags to them and
+hands them the report writer (rendering belongs to ``evalkit.report``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+_SPAWN = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+def write_report_files(report: dict[str, Any], folder: Path) -> None:
+    """``report.json`` and ``report.md``: the score report, then the failure taxonomy."""
+    from evalkit.eval.taxonomy import to_markdown as taxonomy_markdown
+    from evalkit.report.markdown import to_markdown, write_report
+
+    _, md = write_report(report, folder)
+    md.write_text(to_markdown(report) + "\n" + taxonomy_markdown(report), encoding="utf-8")
+
+
+def _common(fn: Any) -> Any:
+    options = [
+        click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path),
+                     help="Suite file (YAML/JSON) or a folder holding missions.yaml."),
+        click.option("--out", required=True, type=click.Path(path_type=Path),
+                     help="A new (or empty) folder for the runs and reports."),
+        click.option("--split", type=click.Choice(["train", "test", "all"]), default="all",
+                     show_default=True, help="Which half to run."),
+        click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Missions run at once (each its own agent process)."),
+        click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+                     default=600.0, show_default=True,
+                     help="Seconds a mission may run before its process group is killed."),
+        click.option("--agent", "variant", metavar="VARIANT",
+                     help="Built-in runtime only: run <key>.VARIANT.yaml from the suite's "
+                          "agents folder instead of <key>.yaml."),
+        click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True, help="local processes, or Ray tasks (shared storage)."),
+        click.option("--ray-address", metavar="ADDR",
+                     help="Ray cluster to join (default: RAY_ADDRESS, else a local one)."),
+        click.option("--quiet", is_flag=True, help="No progress display."),
+        click.argument("spawn", nargs=-1, type=click.UNPROCESSED),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.command(context_settings=_SPAWN)
+@_common
+@click.option("--allow-failures", is_flag=True, help="Exit 0 even when a mission failed.")
+def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
+        variant: str | None, executor: str, ray_address: str | None, quiet: bool,
+        spawn: tuple[str, ...], allow_failures: bool) -> None:
+    """Spawn the agent once per mission, capture its stream, score it.
+
+    The agent is everything after --, e.g. `-- my-agent --model m`; without one,
+    the built-in runtime runs the suite's scripted agents.
+    """
+    from evalkit.eval.runner import run_suite
+
+    result = run_suite(suite_path, out, write=write_report_files, spawn=spawn or None,
+                       split=split, jobs=jobs, timeout_s=timeout_s, variant=variant,
+                       executor=executor, ray_address=ray_address, progress=not quiet,
+                       warn=lambda line: click.echo(line, err=True))
+    for half, data in result.report["halves"].items():
+        c = data["categories"]
+        click.echo(f"{half}: {c['pass']}/{data['totals']['missions']} passed; "
+                   f"{c['fail']} failed, {c['missing']} missing, {c['infra']} infra errors")
+    click.echo(f"report: {out / 'report.md'}")
+    if not result.report["passed"] and not allow_failures:
+        sys.exit(1)
+
+
+@click.command(context_settings=_SPAWN)
+@_common
+@click.option("--config", "configs", multiple=True, metavar="NAME",
+              help="A row of the matrix (repeatable; default: every row). The baseline "
+                   "'direct' always runs.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs of every mission per row.")
+@click.option("--rescore", is_flag=True,
+              help="Re-derive every report and the statistics of an existing --out; no agent.")
+def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
+            variant: str | None, executor: str, ray_address: str | None, quiet: bool,
+            spawn: tuple[str, ...], configs: tuple[str, ...], repeat: int,
+            rescore: bool) -> None:
+    """Run a suite over a configuration matrix with repeats; compare every row with direct.
+
+    Rows: direct (baseline), swarm, native, grounding, must-cite, claim-table, planes.
+    A row the agent or the manifest cannot honour is skipped with the reason.
+    """
+    from evalkit.eval import measure as matrix_mod
+
+    if rescore:
+        result = matrix_mod.rescore(suite_path, out, write=write_report_files)
+    else:
+        result = matrix_mod.measure_suite(
+            suite_path, out, write=write_report_files, spawn=spawn or None, configs=configs,
+            repeat=repeat, jobs=jobs, timeout_s=timeout_s, split=split, variant=variant,
+            executor=executor, ray_address=ray_address, progress=not quiet,
+            warn=lambda line: click.echo(line, err=True))
+    click.echo(matrix_mod.to_markdown(result.matrix), nl=False)
+    click.echo(f"matrix: {out / 'matrix.json'}")

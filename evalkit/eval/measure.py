@@ -1,0 +1,540 @@
+"""``measure``: one suite over a matrix of configurations, with repeats and statistics.
+
+The matrix is data (``MATRIX``): each row names the question it answers and the
+one delta it applies to the baseline — flags added to the spawn line, or a
+manifest variant (its ``grounding:`` frontmatter edited, written to
+``DIR/<row>/skill.md`` and passed as the primary ``--skill``). ``direct`` is
+the baseline: the ordinary loop with every grounding tier stripped; every
+other row is the baseline plus exactly one change, so a difference between a
+row and ``direct`` is that change's doing.
+
+A row the manifest or the agent cannot honour is **skipped with the reason**,
+never run under a false name: a grounding row with no manifest (or no block to
+derive the tier from), a row whose flag the agent refuses at startup. The
+refusal is learnt from a probe — the row's first mission of rep 1, which is
+kept as a real run when the agent accepts it — so nothing is spent twice.
+
+Runs land in ``DIR/<row>/rep<n>/<key>/`` exactly as ``run`` lays them out, each
+rep scored into ``DIR/<row>/rep<n>/report.json``; ``evalkit score --runs
+DIR/<row>/rep<n>`` re-derives any of them offline, and ``measure --rescore``
+re-derives the whole matrix. ``DIR/matrix.json`` holds provenance, the rows and
+the statistics (all computed by ``evalkit.eval.stats``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalkit import __version__
+from evalkit.errors import EvalkitError
+from evalkit.eval import stats
+from evalkit.eval.runner import (
+    EXECUTORS,
+    Agent,
+    Job,
+    Progress,
+    ReportWriter,
+    agent_for,
+    commit,
+    execute,
+    executor_session,
+    fresh_folder,
+    gate,
+    make_jobs,
+    now,
+    refusal,
+    score_folder,
+    spawn_skill,
+    strip_url,
+    write_json,
+)
+from evalkit.eval.score import missions_in
+from evalkit.eval.suite import SPLITS, Mission, Suite, load_suite
+
+MATRIX_FORMAT = "evalkit-matrix"
+MATRIX_VERSION = 1
+BASELINE = "direct"
+
+#: Grounding keys that are tiers of their own; the basic tier is everything else.
+DEEP_TIERS: tuple[str, ...] = ("must_cite", "claim_table", "planes")
+
+# How a row edits the manifest's grounding block.
+STRIP, BASIC, MUST_CITE, CLAIM_TABLE, PLANES = (
+    "strip", "basic", "must_cite", "claim_table", "planes")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration: its name, the question it answers, the delta it applies."""
+
+    name: str
+    question: str
+    #: Flags added to the spawn line (before the mission's own flags).
+    flags: tuple[str, ...] = ()
+    #: How the manifest's ``grounding:`` block is edited (one of STRIP ... PLANES).
+    grounding: str = STRIP
+
+    def delta(self) -> dict[str, Any]:
+        return {"flags": list(self.flags), "manifest": _MANIFEST_DELTA[self.grounding]}
+
+
+_MANIFEST_DELTA = {
+    STRIP: "grounding block removed",
+    BASIC: "grounding block kept, deeper tiers (must_cite, claim_table, planes) removed",
+    MUST_CITE: "basic grounding + must_cite",
+    CLAIM_TABLE: "basic grounding + claim_table: true",
+    PLANES: "basic grounding + the manifest's planes",
+}
+
+MATRIX: tuple[Row, ...] = (
+    Row(BASELINE, "The baseline every other row is compared with: the ordinary loop, json "
+                  "protocol, no grounding."),
+    Row("swarm", "Does staged decomposition (triage, plan, steps, synthesis) beat the direct "
+                 "loop?", flags=("--swarm",)),
+    Row("native", "Do native function calls beat the json protocol?",
+        flags=("--protocol", "native")),
+    Row("grounding", "Is basic grounding (identifiers and figures checked against tool output, "
+                     "one repair turn) worth its calls?", grounding=BASIC),
+    Row("must-cite", "Does requiring citations on top of basic grounding pay for itself?",
+        grounding=MUST_CITE),
+    Row("claim-table", "Does a checked claim table on top of basic grounding pay for itself?",
+        grounding=CLAIM_TABLE),
+    Row("planes", "Does checking claims of work against dispatched tools (planes) pay for "
+                  "itself?", grounding=PLANES),
+)
+ROWS: dict[str, Row] = {row.name: row for row in MATRIX}
+
+
+def select(names: Sequence[str]) -> list[Row]:
+    """The rows asked for, in matrix order, the baseline always first; all when none named."""
+    unknown = [n for n in names if n not in ROWS]
+    if unknown:
+        raise EvalkitError(f"unknown --config {', '.join(map(repr, unknown))}; "
+                           f"the matrix has {', '.join(ROWS)}")
+    wanted = set(names) | {BASELINE} if names else set(ROWS)
+    return [row for row in MATRIX if row.name in wanted]
+
+
+# -- manifests --------------------------------------------------------------------------------
+
+
+def split_manifest(text: str) -> tuple[dict[str, Any], str]:
+    """A SKILL.md as (frontmatter mapping, body); no frontmatter is an empty mapping."""
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        return {}, text
+    for end in range(1, len(lines)):
+        if lines[end].strip() == "---":
+            try:
+                front = yaml.safe_load("".join(lines[1:end])) or {}
+            except yaml.YAMLError as exc:
+                raise EvalkitError(f"the skill manifest's frontmatter is not YAML: {exc}") from None
+            if not isinstance(front, dict):
+                raise EvalkitError("the skill manifest's frontmatter is not a mapping")
+            return front, "".join(lines[end + 1:])
+    raise EvalkitError("the skill manifest opens a frontmatter block (---) and never closes it")
+
+
+def join_manifest(front: dict[str, Any], body: str) -> str:
+    dumped = yaml.safe_dump(front, sort_keys=False, allow_unicode=True) if front else ""
+    return f"---\n{dumped}---\n{body}"
+
+
+def derive_manifest(text: str, how: str) -> tuple[str | None, str | None]:
+    """(the row's manifest text, None) or (None, why this row cannot be derived)."""
+    front, body = split_manifest(text)
+    block = front.get("grounding")
+    if how == STRIP:
+        front.pop("grounding", None)
+        return join_manifest(front, body), None
+    if not isinstance(block, dict):
+        return None, ("the skill manifest has no grounding: block to derive grounding tiers from")
+    basic = {k: v for k, v in block.items() if k not in DEEP_TIERS}
+    if how == BASIC:
+        tier: dict[str, Any] = {}
+    elif how == MUST_CITE:
+        tier = {"must_cite": block.get("must_cite") or True}
+    elif how == CLAIM_TABLE:
+        tier = {"claim_table": True}
+    elif how == PLANES:
+        if not block.get("planes"):
+            return None, "the skill manifest's grounding block declares no planes to check"
+        tier = {"planes": block["planes"]}
+    else:  # pragma: no cover - the matrix is data checked by tests
+        raise ValueError(how)
+    front["grounding"] = {**basic, **tier}
+    return join_manifest(front, body), None
+
+
+# -- planning ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RowPlan:
+    row: Row
+    agent: Agent
+    status: str = "ran"
+    reason: str | None = None
+    skill: str | None = None
+    notes: list[str] = field(default_factory=list)
+    #: rep number -> the jobs of that rep (in mission order).
+    jobs: dict[int, list[Job]] = field(default_factory=dict)
+    captures: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ran(self) -> bool:
+        return self.status == "ran"
+
+
+def _plan_rows(suite: Suite, rows: Sequence[Row], agent: Agent, out: Path,
+               spawn: Sequence[str] | None) -> list[RowPlan]:
+    source = agent.skill if agent.builtin else _spawn_manifest(suite, spawn)
+    text = None
+    if source is not None:
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise EvalkitError(f"cannot read the skill manifest {source}: "
+                               f"{exc.strerror or exc}") from None
+    plans = []
+    for row in rows:
+        plan = RowPlan(row, agent.with_skill(None))
+        if text is None:
+            if row.grounding != STRIP:
+                plan.status, plan.reason = "skipped", (
+                    "no skill manifest to derive this grounding tier from (the suite has no "
+                    "skill: and the spawn line no --skill)")
+            plans.append(plan)
+            continue
+        derived, why = derive_manifest(text, row.grounding)
+        if derived is None:
+            plan.status, plan.reason = "skipped", why
+        else:
+            folder = out / row.name
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "skill.md").write_text(derived, encoding="utf-8")
+            plan.skill = f"{row.name}/skill.md"
+            plan.agent = agent.with_skill((folder / "skill.md").resolve())
+        plans.append(plan)
+    return plans
+
+
+def _spawn_manifest(suite: Suite, spawn: Sequence[str] | None) -> Path | None:
+    given = spawn_skill(spawn or ())
+    return Path(given) if given is not None else suite.resolve("skill")
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+@dataclass
+class MeasureResult:
+    out: Path
+    matrix: dict[str, Any]
+
+
+def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
+                  spawn: Sequence[str] | None = None, configs: Sequence[str] = (),
+                  repeat: int = 1, jobs: int = 1, timeout_s: float = 600.0, split: str = "all",
+                  variant: str | None = None, executor: str = "local",
+                  ray_address: str | None = None, progress: bool = True,
+                  warn: Callable[[str], None] = lambda _: None) -> MeasureResult:
+    """Run the matrix, score every rep, write ``matrix.json`` and ``matrix.md``."""
+    suite = gate(suite_path)
+    if repeat < 1:
+        raise EvalkitError(f"--repeat must be 1 or more, not {repeat}")
+    if timeout_s <= 0:
+        raise EvalkitError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
+    if executor not in EXECUTORS:
+        raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
+    rows = select(configs)
+    missions = missions_in(suite, split)
+    agent = agent_for(suite, spawn, variant)
+    out = fresh_folder(out)
+    plans = _plan_rows(suite, rows, agent, out, spawn)
+    said: set[str] = set()
+
+    def jobs_of(plan: RowPlan, rep: int) -> list[Job]:
+        planned, skipped = make_jobs(suite, missions, plan.agent, out / plan.row.name / f"rep{rep}",
+                                     timeout_s=timeout_s, flags=plan.row.flags,
+                                     label=f"{plan.row.name}/rep{rep}/")
+        if rep == 1:
+            for key, why in skipped.items():
+                line = f"warning: {plan.row.name}: mission {key!r} is not run: {why}"
+                if line not in said:
+                    said.add(line)
+                    warn(line)
+        return planned
+
+    with executor_session(executor, ray_address), \
+            Progress(0, f"measure {suite.name}", enabled=progress) as shown:
+        run = _Runner(jobs, executor, ray_address, shown)
+        _probe(plans, jobs_of, run, warn)
+        rest: list[tuple[RowPlan, int, Job]] = []
+        for plan in plans:
+            if not plan.ran:
+                continue
+            for rep in range(1, repeat + 1):
+                if rep not in plan.jobs:
+                    plan.jobs[rep] = jobs_of(plan, rep)
+                rest += [(plan, rep, job) for job in plan.jobs[rep]
+                         if (rep, job.key) not in plan.captures]
+        for (plan, rep, job), capture in zip(rest, run([j for _, _, j in rest]), strict=True):
+            plan.captures[(rep, job.key)] = capture
+    for plan in plans:
+        if plan.status == "skipped":
+            warn(f"note: row {plan.row.name!r} skipped: {plan.reason}")
+    provenance = _provenance(suite, agent, spawn, repeat=repeat, timeout_s=timeout_s,
+                             split=split, jobs=jobs, executor=executor, variant=variant)
+    rows_out = [_row_entry(plan, repeat) for plan in plans]
+    matrix = assemble(suite, out, provenance, rows_out, split, write,
+                      {p.row.name: p.captures for p in plans})
+    return MeasureResult(out, matrix)
+
+
+class _Runner:
+    def __init__(self, workers: int, executor: str, address: str | None, shown: Progress) -> None:
+        self.workers, self.executor, self.address, self.shown = workers, executor, address, shown
+
+    def __call__(self, jobs: list[Job]) -> list[dict[str, Any]]:
+        self.shown.add(len(jobs))
+        return execute(jobs, workers=self.workers, executor=self.executor, progress=self.shown,
+                       ray_address=self.address)
+
+
+def _probe(plans: list[RowPlan], jobs_of: Callable[[RowPlan, int], list[Job]], run: _Runner,
+           warn: Callable[[str], None]) -> None:
+    """Run each row's first mission (rep 1) and learn whether the agent accepts the row.
+
+    A refusal that names --skill on a row that only passed the manifest to strip it
+    (direct, swarm, native) is not the row's fault: the row runs without the manifest,
+    noted, and is probed again. Any other refusal skips the row — except on the
+    baseline, where it means the agent cannot run at all.
+    """
+    pending = [p for p in plans if p.ran]
+    for _ in range(2):
+        probes = []
+        for plan in pending:
+            first = jobs_of(plan, 1)
+            plan.jobs[1] = first
+            if first:
+                probes.append((plan, first[0]))
+        captures = run([job for _, job in probes])
+        pending = []
+        for (plan, job), capture in zip(probes, captures, strict=True):
+            said = refusal(capture, Path(job.out))
+            if said is None:
+                plan.captures[(1, job.key)] = capture
+                continue
+            skill_refused = "--skill" in said and plan.skill is not None
+            if skill_refused and plan.row.grounding == STRIP:
+                note = f"the agent refused --skill ({said}); the row ran without the manifest"
+                warn(f"note: {plan.row.name}: {note}")
+                plan.notes.append(note)
+                shutil.rmtree(Path(job.out).parent)
+                (Path(job.out).parent.parent / "skill.md").unlink(missing_ok=True)
+                plan.skill = None
+                plan.agent = plan.agent.with_skill(None, note)
+                pending.append(plan)
+            elif plan.row.name == BASELINE:
+                raise EvalkitError(f"the agent refused the baseline row at startup: {said}")
+            else:
+                rep1 = Path(job.out).parent
+                rep1.rename(rep1.parent / "probe")
+                plan.status = "skipped"
+                plan.reason = (f"the agent refused this row at startup: {said} "
+                               f"(see {plan.row.name}/probe)")
+                plan.jobs.clear()
+        if not pending:
+            return
+
+
+def _row_entry(plan: RowPlan, repeat: int) -> dict[str, Any]:
+    name = plan.row.name
+    reps = [f"{name}/rep{n}" for n in range(1, repeat + 1)] if plan.ran else []
+    delta = plan.row.delta()
+    delta["skill"] = plan.skill
+    if plan.skill is None and plan.ran:
+        delta["manifest"] = None
+    entry: dict[str, Any] = {"name": name, "question": plan.row.question, "delta": delta,
+                             "status": plan.status, "dir": name, "reps": reps,
+                             "reports": [f"{r}/report.json" for r in reps]}
+    if plan.reason is not None:
+        entry["reason"] = plan.reason
+    if plan.notes:
+        entry["notes"] = list(plan.notes)
+    return entry
+
+
+def _spawn_value(spawn: Sequence[str], flag: str) -> str | None:
+    for i, token in enumerate(spawn):
+        if token == flag and i + 1 < len(spawn):
+            return spawn[i + 1]
+        if token.startswith(flag + "="):
+            return token.partition("=")[2]
+    return None
+
+
+def _provenance(suite: Suite, agent: Agent, spawn: Sequence[str] | None, **settings: Any
+                ) -> dict[str, Any]:
+    line = list(spawn or ())
+    if agent.builtin:
+        provider, model, endpoint = "scripted", f"agents:{settings['variant'] or 'good'}", None
+    else:
+        provider = _spawn_value(line, "--provider") or os.environ.get("EVALKIT_PROVIDER")
+        model = _spawn_value(line, "--model") or os.environ.get("EVALKIT_MODEL")
+        endpoint = _spawn_value(line, "--api-base") or os.environ.get("EVALKIT_API_BASE")
+    steps = _spawn_value(line, "--mission-steps")
+    seconds = _spawn_value(line, "--mission-seconds")
+    return {
+        "suite": suite.name, "suite_path": str(suite.path), "commit": commit(), "date": now(),
+        "evalkit": __version__, "provider": provider, "model": model,
+        "endpoint": strip_url(endpoint) if endpoint else None,
+        "spawn": agent.describe(), "agent": (settings["variant"] or "good")
+        if agent.builtin else None,
+        "repeat": settings["repeat"], "split": settings["split"],
+        "bounds": {"timeout_s": settings["timeout_s"], "mission_steps": steps,
+                   "mission_seconds": seconds},
+        "jobs": settings["jobs"], "executor": settings["executor"],
+    }
+
+
+# -- scoring and statistics -------------------------------------------------------------------
+
+
+def assemble(suite: Suite, out: Path, provenance: dict[str, Any], rows: list[dict[str, Any]],
+             split: str, write: ReportWriter,
+             captures: dict[str, dict[tuple[int, str], dict[str, Any]]] | None = None
+             ) -> dict[str, Any]:
+    """Score every rep of every row that ran, then the statistics; write matrix.json/.md.
+
+    ``captures`` are what the harness saw per (rep, key); without them (``--rescore``)
+    each mission's ``command.json`` is read back.
+    """
+    missions = missions_in(suite, split)
+    outcomes: dict[str, dict[str, dict[str, list[str]]]] = {}
+    for row in rows:
+        if row["status"] != "ran":
+            continue
+        halves: dict[str, dict[str, list[str]]] = {}
+        seen = (captures or {}).get(row["name"])
+        for n, rep in enumerate(row["reps"], start=1):
+            folder = out / rep
+            rep_captures = None
+            if seen is not None:
+                rep_captures = {m.key: seen.get((n, m.key)) for m in missions}
+            report = score_folder(suite, folder, split, rep_captures)
+            write(report, folder)
+            for verdict in report["verdicts"]:
+                halves.setdefault(verdict["split"], {}).setdefault(
+                    verdict["key"], []).append(verdict["category"])
+        outcomes[row["name"]] = halves
+    matrix = {"format": MATRIX_FORMAT, "version": MATRIX_VERSION, "provenance": provenance,
+              "baseline": BASELINE, "rows": rows,
+              "statistics": statistics(outcomes, _halves(missions))}
+    write_json(out / "matrix.json", matrix)
+    (out / "matrix.md").write_text(to_markdown(matrix), encoding="utf-8")
+    return matrix
+
+
+def _halves(missions: Sequence[Mission]) -> list[str]:
+    return [h for h in SPLITS if any(m.split == h for m in missions)]
+
+
+def statistics(outcomes: dict[str, dict[str, dict[str, list[str]]]],
+               halves: Sequence[str]) -> dict[str, Any]:
+    """Per row and half: ``stats.describe_cell``, and ``vs_baseline`` (``stats.compare``)."""
+    out: dict[str, Any] = {}
+    base = outcomes.get(BASELINE, {})
+    for name, by_half in outcomes.items():
+        out[name] = {}
+        for half in halves:
+            cell = stats.describe_cell(by_half.get(half, {}))
+            cell["vs_baseline"] = (None if name == BASELINE
+                                   else stats.compare(base.get(half, {}), by_half.get(half, {})))
+            out[name][half] = cell
+    return out
+
+
+def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter) -> MeasureResult:
+    """Re-derive every rep's report and the statistics from the runs on disk (no agent)."""
+    path = out / "matrix.json"
+    try:
+        matrix = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvalkitError(f"no matrix to rescore at {path}: {exc}") from None
+    if matrix.get("format") != MATRIX_FORMAT:
+        raise EvalkitError(f"{path} is not an evalkit matrix")
+    suite = load_suite(suite_path)
+    provenance = dict(matrix["provenance"])
+    provenance["rescored"] = now()
+    result = assemble(suite, out, provenance, matrix["rows"], provenance.get("split", "all"), write)
+    return MeasureResult(out, result)
+
+
+# -- for people -------------------------------------------------------------------------------
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{value * 100:.0f}%"
+
+
+def _span(bounds: Any) -> str:
+    return "" if not bounds else f" [{bounds[0] * 100:.0f}–{bounds[1] * 100:.0f}%]"
+
+
+def to_markdown(matrix: dict[str, Any]) -> str:
+    """``matrix.md``: the rows, then per half one table of rates and comparisons."""
+    p = matrix["provenance"]
+    lines = [f"# Matrix — suite `{p['suite']}`", "",
+             f"provider {p.get('provider') or '—'}, model {p.get('model') or '—'}, "
+             f"repeat {p['repeat']}, split {p['split']}, date {p['date']}, "
+             f"commit {p.get('commit') or '—'}", "",
+             "| row | question | status |", "|---|---|---|"]
+    for row in matrix["rows"]:
+        status = row["status"] if row["status"] == "ran" else f"skipped: {row.get('reason')}"
+        lines.append(f"| {row['name']} | {row['question']} | {status} |")
+    for half in SPLITS:
+        cells = [(name, by_half[half]) for name, by_half in matrix["statistics"].items()
+                 if half in by_half]
+        if not cells:
+            continue
+        repeat = max(c["repeat"] for _, c in cells)
+        lines += ["", f"## {half}", "",
+                  "| row | pass | fail | missing | infra | rate [Wilson 95%] | without infra | "
+                  f"bootstrap | pass@{repeat} | pass^{repeat} | stable pass / fail / flaky | "
+                  "vs baseline: delta [95%], p | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, c in cells:
+            counts, vs = c["counts"], c["vs_baseline"]
+            s = c["stability"]
+            versus, verdict = "baseline", "—"
+            if vs is not None:
+                versus = (f"{vs['delta'] * 100:+.0f} pts{_span(vs['interval'])}, "
+                          f"p={vs['p_value']:.3g} ({vs['baseline_only']}↓ {vs['row_only']}↑)")
+                verdict = vs["verdict"]
+            lines.append(
+                f"| {name} | {counts['pass']} | {counts['fail']} | {counts['missing']} | "
+                f"{counts['infra']} | {_pct(c['rate']['value'])}{_span(c['rate']['wilson'])} | "
+                f"{_pct(c['rate_without_infra']['value'])}"
+                f"{_span(c['rate_without_infra']['wilson'])} | {_span(c['bootstrap']) or '—'} | "
+                f"{_pct(c['pass_at_k'].get(str(repeat)))} | "
+                f"{_pct(c['pass_hat_k'].get(str(repeat)))} | "
+                f"{s['stable_pass']} / {s['stable_fail']} / {s['flaky']} | {versus} | {verdict} |")
+    lines += ["", "Comparisons pair each mission with itself: its outcome on each side is the "
+              "majority of its non-infra repeats; p is the exact McNemar test on the missions "
+              "that differ. A row is better or worse only when p < 0.05.", ""]
+    return "\n".join(lines)
+
+
+__all__ = ["BASELINE", "DEEP_TIERS", "MATRIX", "ROWS", "MeasureResult", "Row", "assemble",
+           "derive_manifest", "measure_suite", "rescore", "select", "split_manifest",
+           "statistics", "to_markdown"]

@@ -1,0 +1,730 @@
+"""``run``: spawn the agent once per mission, capture what it wrote, score it.
+
+The agent is any program that speaks the stream. The harness adds only:
+
+- the objective — substituted for ``{objective}`` in the spawn line, or else
+  appended as the first argument after it;
+- ``--events fd:N`` — the write end of a pipe the harness drains into
+  ``DIR/<key>/events.jsonl``;
+- the run store root — ``EVALKIT_RUNS=DIR/<key>/runs`` in the environment, and
+  substituted for ``{runs}`` when the spawn line has it;
+- the mission's own ``flags`` (and, under ``measure``, the row's delta).
+
+With no spawn line the agent is evalkit's own runtime, spawned as a
+subprocess (``python -m evalkit.cli mission``; never imported — this package
+must run where no agent stack is installed), driven by the suite's scripted
+agents. Per mission ``DIR/<key>/`` holds ``events.jsonl``, ``runs/``,
+``stdout.txt``, ``stderr.txt`` and ``command.json`` (the spawn line with
+credentials withheld, exit code, timed out, wall seconds). A mission that
+outlives ``--timeout`` gets SIGTERM (the contract's "wind up" signal), then its
+whole process group is killed, and it is scored from what it wrote.
+
+Missions run on an executor: ``local`` (``--jobs N`` threads, each minding one
+agent process) or ``ray`` (each mission a Ray task writing its folder to
+storage every node shares; Ray is imported only on that path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from evalkit.errors import EvalkitError
+from evalkit.eval import taxonomy
+from evalkit.eval.check import check_suite
+from evalkit.eval.score import missions_in, score
+from evalkit.eval.suite import Mission, Suite, load_suite
+from evalkit.redact import REDACTED, Redactor
+
+EXECUTORS = ("local", "ray")
+DEFAULT_TIMEOUT_S = 600.0
+#: After SIGTERM at the timeout, how long the agent has to close its stream.
+TERM_GRACE_S = 3.0
+#: After the agent exits, how long its stream pipe may stay open (a straggling child).
+DRAIN_GRACE_S = 2.0
+
+OBJECTIVE, RUNS = "{objective}", "{runs}"
+_PLACEHOLDER = re.compile(r"\{(objective|runs)\}")
+
+RUN_FORMAT = "evalkit-run"
+RUN_VERSION = 1
+
+#: What an agent says on stderr when it refuses a flag at startup (exit 2, no record).
+_REFUSAL = re.compile(r"not available|no such option|unrecognized argument|unknown option|"
+                      r"unexpected argument|not supported", re.IGNORECASE)
+
+#: Planes a suite may name with its top-level ``plane:`` key.
+PLANES = ("stub",)
+#: Script file suffixes in a suite's ``agents:`` folder, in lookup order.
+SCRIPT_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+# -- credentials ------------------------------------------------------------------------------
+
+_SECRET_FLAG = re.compile(r"--?[A-Za-z0-9_-]*(?:key|token|secret|password|passwd|credential)"
+                          r"[A-Za-z0-9_-]*", re.IGNORECASE)
+_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s\"']*@)?"
+                  r"(?P<rest>[^?#\s\"']*)(?:\?(?P<query>[^#\s\"']*))?(?:#(?P<frag>[^\s\"']*))?")
+
+
+def strip_url(text: str) -> str:
+    """Every URL in ``text`` with its userinfo and its query values withheld."""
+
+    def one(m: re.Match[str]) -> str:
+        out = m.group("scheme") + (f"{REDACTED}@" if m.group("userinfo") else "") + m.group("rest")
+        query = m.group("query")
+        if query is not None:
+            pairs = [p.partition("=") for p in query.split("&")]
+            out += "?" + "&".join(k + (f"={REDACTED}" if sep else "") for k, sep, _ in pairs)
+        if m.group("frag"):
+            out += f"#{REDACTED}"
+        return out
+
+    return _URL.sub(one, text)
+
+
+def secret_values(argv: Sequence[str]) -> list[str]:
+    """The secrets a command line carries: values of credential-named flags (``--api-key X``,
+    ``--token=X``), and the userinfo and query values of every URL in it."""
+    found: list[str] = []
+    for i, token in enumerate(argv):
+        name, eq, value = token.partition("=")
+        if _SECRET_FLAG.fullmatch(name):
+            if eq:
+                found.append(value)
+            elif i + 1 < len(argv):
+                found.append(argv[i + 1])
+        for url in _URL.finditer(token):
+            userinfo = (url.group("userinfo") or "").rstrip("@")
+            found += [userinfo, userinfo.partition(":")[2]]
+            for pair in (url.group("query") or "").split("&"):
+                found.append(pair.partition("=")[2])
+    return list(dict.fromkeys(v for v in found if v))
+
+
+def withhold(argv: Sequence[str], extra: Iterable[str] = ()) -> list[str]:
+    """A command line fit to write down: credential flag values, URL userinfo and query
+    values, and anything the redactor scrubs (``evalkit.redact``) are withheld."""
+    secrets = [*secret_values(argv), *extra]
+    redactor = Redactor(extra_values=secrets)
+    out: list[str] = []
+    hide_next = False
+    for token in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name, eq, _ = token.partition("=")
+        if _SECRET_FLAG.fullmatch(name):
+            out.append(f"{name}={REDACTED}" if eq else token)
+            hide_next = not eq
+            continue
+        out.append(redactor.redact(strip_url(token)))
+    return out
+
+
+# -- one mission ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """One agent process to run; plain data, so it travels to a Ray worker as is."""
+
+    key: str
+    objective: str
+    #: The spawn line, possibly holding ``{objective}`` and ``{runs}``.
+    spawn: tuple[str, ...]
+    #: Appended after ``--events``: the row's delta, then the mission's own flags.
+    flags: tuple[str, ...]
+    #: The mission folder, ``DIR/<key>`` (absolute).
+    out: str
+    timeout_s: float
+    #: Working directory of the agent (absolute).
+    cwd: str
+    #: A fixtures folder copied to ``<out>/work`` and used as the working directory.
+    stage: str | None = None
+    #: Values to scrub from everything written down besides the stream.
+    secrets: tuple[str, ...] = ()
+    #: What progress shows, e.g. ``direct/rep2/chain-1``.
+    label: str = ""
+
+
+def command_line(job: Job, events_fd: int) -> list[str]:
+    """The argv a mission is spawned with."""
+    values = {"objective": job.objective, "runs": str(Path(job.out) / "runs")}
+    argv = [_PLACEHOLDER.sub(lambda m: values[m.group(1)], token) for token in job.spawn]
+    if not any(OBJECTIVE in token for token in job.spawn):
+        argv.append(job.objective)
+    return [*argv, "--events", f"fd:{events_fd}", *job.flags]
+
+
+def run_mission(job: Job) -> dict[str, Any]:
+    """Spawn one agent, drain its stream, wait (or kill it at the timeout), write its folder.
+
+    Returns the capture — what ``command.json`` holds.
+    """
+    out = Path(job.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    cwd = job.cwd
+    if job.stage is not None:
+        work = out / "work"
+        shutil.copytree(job.stage, work, dirs_exist_ok=True)
+        cwd = str(work)
+    env = {**os.environ, "EVALKIT_RUNS": str(out / "runs")}
+    read_fd, write_fd = os.pipe()
+    argv = command_line(job, write_fd)
+    capture: dict[str, Any] = {
+        "key": job.key, "argv": withhold(argv, job.secrets), "cwd": cwd,
+        "events": f"fd:{write_fd}", "runs": "runs", "timeout_s": job.timeout_s,
+        "exit_code": None, "timed_out": False, "wall_s": None, "spawn_error": None}
+    t0 = time.monotonic()
+    with open(out / "events.jsonl", "wb") as events, open(out / "stdout.txt", "wb") as stdout, \
+            open(out / "stderr.txt", "wb") as stderr:
+        drain = threading.Thread(target=_drain, args=(read_fd, events), daemon=True)
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                                    cwd=cwd, env=env, pass_fds=(write_fd,),
+                                    start_new_session=True)
+        except (OSError, ValueError) as exc:
+            os.close(write_fd)
+            os.close(read_fd)
+            reason = f"cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}"
+            capture["spawn_error"] = reason
+            stderr.write(f"evalkit run: {reason}\n".encode())
+        else:
+            os.close(write_fd)
+            drain.start()
+            with _LIVE_LOCK:
+                _LIVE.add(proc.pid)
+            try:
+                capture["exit_code"] = proc.wait(timeout=job.timeout_s)
+            except subprocess.TimeoutExpired:
+                capture["timed_out"] = True
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=TERM_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                capture["exit_code"] = proc.returncode
+            drain.join(DRAIN_GRACE_S)
+            _signal_group(proc.pid, signal.SIGKILL)  # stragglers: the group dies with its mission
+            drain.join(DRAIN_GRACE_S)
+            if drain.is_alive():  # a process outside the group holds the pipe; stop listening
+                _close_quietly(read_fd)
+                drain.join()
+            with _LIVE_LOCK:
+                _LIVE.discard(proc.pid)
+    capture["wall_s"] = round(time.monotonic() - t0, 3)
+    _scrub(out / "stdout.txt", job.secrets)
+    _scrub(out / "stderr.txt", job.secrets)
+    capture["events_bytes"] = (out / "events.jsonl").stat().st_size
+    (out / taxonomy.CAPTURE_FILE).write_text(
+        json.dumps(capture, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return capture
+
+
+#: Process groups of the agents running now (their leaders' pids), for ``stop_all``.
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all() -> None:
+    """Wind up every running agent (SIGTERM to its group), then kill what is left.
+
+    Agents run in sessions of their own, so a Ctrl-C at the terminal never reaches
+    them; an interrupted ``run`` calls this so no mission outlives the harness.
+    """
+    with _LIVE_LOCK:
+        pids = list(_LIVE)
+    for pid in pids:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + TERM_GRACE_S
+    while time.monotonic() < deadline:
+        with _LIVE_LOCK:
+            if not _LIVE & set(pids):
+                return
+        time.sleep(0.05)
+    for pid in pids:
+        _signal_group(pid, signal.SIGKILL)
+
+
+def _drain(fd: int, sink: Any) -> None:
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            sink.write(chunk)
+            sink.flush()  # what the agent wrote is on disk, even if the harness dies
+    except OSError:
+        pass
+    finally:
+        _close_quietly(fd)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _scrub(path: Path, secrets: Sequence[str]) -> None:
+    """Captured prose is written down too: scrub it like every other text evalkit keeps."""
+    raw = path.read_bytes()
+    if not raw:
+        return
+    text = raw.decode("utf-8", errors="replace")
+    clean = Redactor(extra_values=secrets).redact(text)
+    if clean != text:
+        path.write_text(clean, encoding="utf-8")
+
+
+def refusal(capture: dict[str, Any], folder: Path) -> str | None:
+    """The agent's own words when it refused to start (exit 2, no record, a refusal on
+    stderr) — how ``measure`` learns a row's flag is not honoured. Else None."""
+    if capture.get("exit_code") != 2 or capture.get("events_bytes"):
+        return None
+    try:
+        text = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if _REFUSAL.search(line):
+            return line.strip()
+    return None
+
+
+# -- executors and progress -------------------------------------------------------------------
+
+
+class Progress:
+    """A live display of finished missions on stderr: a rich bar on a terminal, else one line
+    per mission (CI logs keep them)."""
+
+    def __init__(self, total: int, title: str, stream: TextIO | None = None,
+                 enabled: bool = True) -> None:
+        self.total, self.title, self.done = total, title, 0
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._rich: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.enabled and self.stream.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            from rich.progress import Progress as RichProgress
+
+            self._rich = RichProgress(TextColumn("{task.description}"), BarColumn(),
+                                      MofNCompleteColumn(), TimeElapsedColumn(),
+                                      TextColumn("{task.fields[last]}"),
+                                      console=Console(file=self.stream), transient=False)
+            self._rich.start()
+            self._task = self._rich.add_task(self.title, total=self.total, last="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+
+    def add(self, more: int) -> None:
+        with self._lock:
+            self.total += more
+            if self._rich is not None:
+                self._rich.update(self._task, total=self.total)
+
+    def finished(self, job: Job, capture: dict[str, Any]) -> None:
+        with self._lock:
+            self.done += 1
+            word = _capture_word(capture)
+            if self._rich is not None:
+                self._rich.update(self._task, advance=1, last=f"{job.label or job.key}: {word}")
+            elif self.enabled:
+                self.stream.write(f"[{self.done}/{self.total}] {job.label or job.key}: {word}\n")
+                self.stream.flush()
+
+
+def _capture_word(capture: dict[str, Any]) -> str:
+    if capture.get("spawn_error"):
+        return "could not start"
+    if capture.get("timed_out"):
+        return f"timed out after {capture.get('timeout_s')} s"
+    return f"exit {capture.get('exit_code')} in {capture.get('wall_s')} s"
+
+
+def execute(jobs: Sequence[Job], *, workers: int = 1, executor: str = "local",
+            progress: Progress | None = None, ray_address: str | None = None
+            ) -> list[dict[str, Any]]:
+    """Run every job; captures come back in job order whatever order they finished in."""
+    if executor not in EXECUTORS:
+        raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
+    if workers < 1:
+        raise EvalkitError(f"--jobs must be 1 or more, not {workers}")
+    if not jobs:
+        return []
+    if executor == "ray":
+        return _execute_ray(jobs, workers, progress, ray_address)
+    results: list[dict[str, Any] | None] = [None] * len(jobs)
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(jobs)))
+    try:
+        futures = {pool.submit(run_mission, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            if progress is not None:
+                progress.finished(jobs[i], results[i])  # type: ignore[arg-type]
+    except BaseException:  # Ctrl-C, or a bug: no agent may outlive the harness
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    return results  # type: ignore[return-value]
+
+
+def _execute_ray(jobs: Sequence[Job], workers: int, progress: Progress | None,
+                 address: str | None) -> list[dict[str, Any]]:
+    """Each mission a Ray task; at most ``workers`` in flight. Paths must be on storage every
+    node sees (the harness reads the folders back when scoring)."""
+    with executor_session("ray", address):
+        import ray
+
+        task = ray.remote(num_cpus=1, max_retries=0)(run_mission)
+        results: list[dict[str, Any] | None] = [None] * len(jobs)
+        pending: dict[Any, int] = {}
+        queue = list(enumerate(jobs))
+        while queue or pending:
+            while queue and len(pending) < workers:
+                i, job = queue.pop(0)
+                pending[task.remote(job)] = i
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                i = pending.pop(ref)
+                results[i] = ray.get(ref)
+                if progress is not None:
+                    progress.finished(jobs[i], results[i])  # type: ignore[arg-type]
+        return results  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def executor_session(executor: str, address: str | None = None) -> Iterator[None]:
+    """Ray started (or joined) once around everything that executes; nothing for ``local``.
+
+    Joins ``address`` (or ``RAY_ADDRESS``) when given, else starts a local cluster and
+    shuts it down on the way out. Ray is imported only here.
+    """
+    if executor != "ray":
+        yield
+        return
+    try:
+        import ray
+    except ImportError:
+        raise EvalkitError("--executor ray needs Ray: pip install 'ray[default]'") from None
+    if ray.is_initialized():
+        yield
+        return
+    ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+# -- the agent: a spawn line, or the built-in runtime with scripted agents ---------------------
+
+
+@dataclass(frozen=True)
+class Agent:
+    """How a mission is spawned: the user's spawn line, or the built-in runtime."""
+
+    #: The user's spawn line; None = the built-in runtime.
+    spawn: tuple[str, ...] | None = None
+    #: Built-in: the suite's scripted agents, the variant chosen, the plane/profile flags.
+    agents: Path | None = None
+    variant: str | None = None
+    extra: tuple[str, ...] = ()
+    #: The manifest to pass with ``--skill`` (built-in: added; spawn line: repointed).
+    skill: Path | None = None
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def builtin(self) -> bool:
+        return self.spawn is None
+
+    def script(self, key: str) -> Path | None:
+        """The scripted agent for one mission, or None when the folder has none."""
+        if self.agents is None:
+            return None
+        stem = key if self.variant is None else f"{key}.{self.variant}"
+        for suffix in SCRIPT_SUFFIXES:
+            path = self.agents / f"{stem}{suffix}"
+            if path.is_file():
+                return path
+        return None
+
+    def argv(self, mission: Mission) -> tuple[str, ...] | None:
+        """The spawn line for one mission; None when the built-in has no script for it."""
+        if self.spawn is not None:
+            return _with_skill(self.spawn, self.skill)
+        script = self.script(mission.key)
+        if script is None:
+            return None
+        argv = [*_runtime(), "--provider", "scripted", "--script", str(script), *self.extra]
+        if self.skill is not None:
+            argv += ["--skill", str(self.skill)]
+        return tuple(argv)
+
+    def describe(self) -> list[str]:
+        """The spawn line as provenance shows it (credentials withheld)."""
+        if self.spawn is not None:
+            return withhold(_with_skill(self.spawn, self.skill))
+        stem = "<key>" if self.variant is None else f"<key>.{self.variant}"
+        argv = [*_runtime(), "--provider", "scripted", "--script",
+                str((self.agents or Path("agents")) / f"{stem}.yaml"), *self.extra]
+        if self.skill is not None:
+            argv += ["--skill", str(self.skill)]
+        return withhold(argv)
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(secret_values(self.spawn or ()))
+
+    def with_skill(self, skill: Path | None, note: str | None = None) -> Agent:
+        return replace(self, skill=skill, notes=(*self.notes, *([note] if note else [])))
+
+
+def _runtime() -> list[str]:
+    """The built-in agent, as a subprocess of this Python — never imported."""
+    return [sys.executable, "-m", "evalkit.cli", "mission"]
+
+
+def spawn_skill(spawn: Sequence[str]) -> str | None:
+    """The primary ``--skill`` value of a spawn line, if it has one."""
+    for i, token in enumerate(spawn):
+        if token == "--skill" and i + 1 < len(spawn):
+            return spawn[i + 1]
+        if token.startswith("--skill="):
+            return token.partition("=")[2]
+    return None
+
+
+def _with_skill(spawn: Sequence[str], skill: Path | None) -> tuple[str, ...]:
+    """The spawn line with its primary ``--skill`` repointed (or added) when ``skill`` is set."""
+    if skill is None:
+        return tuple(spawn)
+    out = list(spawn)
+    for i, token in enumerate(out):
+        if token == "--skill" and i + 1 < len(out):
+            out[i + 1] = str(skill)
+            return tuple(out)
+        if token.startswith("--skill="):
+            out[i] = f"--skill={skill}"
+            return tuple(out)
+    return (*out, "--skill", str(skill))
+
+
+def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = None) -> Agent:
+    """The agent ``run``/``measure`` spawn: the spawn line, else the suite's scripted agents."""
+    if spawn:
+        if variant is not None:
+            raise EvalkitError("--agent picks one of the suite's scripted agents; "
+                               "it cannot be combined with a spawn line")
+        return Agent(spawn=tuple(spawn))
+    agents = suite.resolve("agents")
+    if agents is None:
+        raise EvalkitError(f"suite '{suite.name}' names no scripted agents (top-level 'agents:'); "
+                           "give the agent to run after --, e.g. -- my-agent --flag")
+    if not agents.is_dir():
+        raise EvalkitError(f"suite '{suite.name}': agents folder {agents} does not exist")
+    extra: list[str] = []
+    plane = suite.extras.get("plane")
+    if plane is not None:
+        if plane not in PLANES:
+            raise EvalkitError(f"suite '{suite.name}': unknown plane {plane!r}; "
+                               f"the built-in runtime knows {', '.join(PLANES)}")
+        from evalkit.planes import stub_command
+
+        extra += ["--mcp-stdio", stub_command()]
+    if suite.extras.get("profile") is not None:
+        extra += ["--profile", str(suite.extras["profile"])]
+    return Agent(agents=agents, variant=variant, extra=tuple(extra), skill=suite.resolve("skill"))
+
+
+def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path, *,
+              timeout_s: float, flags: Sequence[str] = (), label: str = "",
+              ) -> tuple[list[Job], dict[str, str]]:
+    """One job per mission (folder ``out/<key>``), and the missions that cannot run, with why."""
+    fixtures = suite.resolve("fixtures")
+    cwd = str(Path.cwd())
+    jobs: list[Job] = []
+    skipped: dict[str, str] = {}
+    for m in missions:
+        argv = agent.argv(m)
+        if argv is None:
+            stem = m.key if agent.variant is None else f"{m.key}.{agent.variant}"
+            skipped[m.key] = f"no scripted agent {stem}.yaml in {agent.agents}"
+            continue
+        jobs.append(Job(key=m.key, objective=m.prompt, spawn=argv, flags=(*flags, *m.flags),
+                        out=str((out / m.key).resolve()), timeout_s=timeout_s, cwd=cwd,
+                        stage=str(fixtures.resolve()) if fixtures is not None else None,
+                        secrets=agent.secrets(), label=f"{label}{m.key}"))
+    return jobs, skipped
+
+
+# -- provenance and the gate ------------------------------------------------------------------
+
+
+def gate(suite_path: str | Path) -> Suite:
+    """Load and check; an ungradeable suite is refused before a model is spent (exit 1)."""
+    result = check_suite(load_suite(suite_path))
+    if not result.ok:
+        lines = [f"suite '{result.suite.name}' is not gradeable ({len(result.problems)} problems); "
+                 "refusing to spend a model on it:", *(f"  - {p}" for p in result.problems)]
+        raise EvalkitError("\n".join(lines), exit_code=1)
+    return result.suite
+
+
+def fresh_folder(out: Path) -> Path:
+    """The output folder, created; refuses one that already holds something."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise EvalkitError(f"--out {out} already exists and is not empty; choose a new folder "
+                           "(runs are never mixed)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EvalkitError(f"cannot create --out {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def commit() -> str | None:
+    """``git rev-parse HEAD`` of the working directory, when it is a repository."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: Writes ``report.json`` and ``report.md`` for one scored folder. Rendering is the report
+#: layer's job, so the command passes it in (``evalkit.eval`` never imports ``evalkit.report``).
+ReportWriter = Callable[[dict[str, Any], Path], None]
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Provenance files: the same JSON style as the reports."""
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+                    encoding="utf-8")
+
+
+def score_folder(suite: Suite, folder: Path, split: str,
+                 captures: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Score the mission folders under ``folder`` and annotate the taxonomy."""
+    report = score(suite, runs=folder, split=split).to_dict()
+    return taxonomy.annotate(report, folder, captures)
+
+
+# -- run --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    out: Path
+    report: dict[str, Any]
+    provenance: dict[str, Any]
+
+
+def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
+              spawn: Sequence[str] | None = None,
+              split: str = "all", jobs: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
+              variant: str | None = None, executor: str = "local", ray_address: str | None = None,
+              progress: bool = True, warn: Callable[[str], None] = lambda _: None) -> RunResult:
+    """Check, spawn every mission, score, and write the folder ``evalkit run`` promises."""
+    suite = gate(suite_path)
+    if timeout_s <= 0:
+        raise EvalkitError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
+    if executor not in EXECUTORS:
+        raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
+    missions = missions_in(suite, split)
+    agent = agent_for(suite, spawn, variant)
+    out = fresh_folder(out)
+    planned, skipped = make_jobs(suite, missions, agent, out, timeout_s=timeout_s)
+    for key, why in skipped.items():
+        warn(f"warning: mission {key!r} is not run: {why}")
+    captures: dict[str, dict[str, Any] | None] = {}
+    with executor_session(executor, ray_address), \
+            Progress(len(planned), f"run {suite.name}", enabled=progress) as shown:
+        done = execute(planned, workers=jobs, executor=executor, progress=shown,
+                       ray_address=ray_address)
+        captures.update((job.key, capture) for job, capture in zip(planned, done, strict=True))
+        if agent.builtin and agent.skill is not None:
+            # The runtime may not honour --skill yet: it then refuses at startup (instantly),
+            # and those missions run again without the manifest, noted.
+            refused = {job.key: said for job, capture in zip(planned, done, strict=True)
+                       if (said := refusal(capture, Path(job.out))) and "--skill" in said}
+            if refused:
+                said = next(iter(refused.values()))
+                note = f"the agent refused --skill at startup ({said}); ran without the manifest"
+                warn(f"note: {note}")
+                agent = agent.with_skill(None, note)
+                again = [job for job in make_jobs(suite, missions, agent, out,
+                                                  timeout_s=timeout_s)[0] if job.key in refused]
+                for job in again:
+                    shutil.rmtree(job.out)
+                shown.add(len(again))
+                redone = execute(again, workers=jobs, executor=executor, progress=shown,
+                                 ray_address=ray_address)
+                captures.update((j.key, c) for j, c in zip(again, redone, strict=True))
+    report = score_folder(suite, out, split, {m.key: captures.get(m.key) for m in missions})
+    write(report, out)
+    provenance = {
+        "format": RUN_FORMAT, "version": RUN_VERSION,
+        "suite": suite.name, "suite_path": str(suite.path), "commit": commit(), "date": now(),
+        "spawn": agent.describe(), "builtin": agent.builtin,
+        "agent": (variant or "good") if agent.builtin else None, "jobs": jobs,
+        "executor": executor, "timeout": timeout_s, "split": split,
+        "missions": [m.key for m in missions], "not_run": skipped,
+        "notes": list(agent.notes)}
+    write_json(out / "run.json", provenance)
+    return RunResult(out, report, provenance)
+
+
+__all__ = ["Agent", "DEFAULT_TIMEOUT_S", "EXECUTORS", "Job", "Progress", "ReportWriter",
+           "RunResult", "agent_for", "command_line", "execute", "executor_session", "gate",
+           "make_jobs", "refusal", "run_mission", "run_suite", "secret_values", "stop_all",
+           "strip_url", "withhold"]

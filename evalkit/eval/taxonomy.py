@@ -1,0 +1,179 @@
+"""Failure taxonomy: every verdict is a pass, a fail, missing, or an infrastructure error.
+
+A failed verdict says the mission was not done; it does not say whose fault
+that was. A rate that mixes "the agent answered wrongly" with "the endpoint
+was down" or "the process never started" measures the machine room, not the
+agent, so each non-passing verdict is put in exactly one category:
+
+``pass``
+    the verdict passed (whatever else happened: the record shows the job done).
+``infra``
+    an infrastructure error, first match wins:
+    ``spawn_failure`` (the agent process could not be started),
+    ``timeout`` (the harness killed it at ``--timeout``),
+    ``zero_events`` (it ran and wrote no record: the run failed before it began),
+    ``endpoint_failure`` (the last ``model_state`` is ``failed`` or ``absent`` and
+    no answer follows it: the model never came back).
+``missing``
+    no stream at all for a declared mission (never run).
+``fail``
+    everything else: the agent ran, the machinery worked, the checks failed.
+
+What the harness saw of each spawn (``command.json``: exit code, timed out,
+spawn error) feeds the first two kinds; the rest is read from the stream, so
+``annotate`` categorises recordings offline too. Counts and rates are computed
+by ``evalkit.eval.stats``; this module only sorts verdicts into boxes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from evalkit.errors import EvalkitError
+from evalkit.eval import stats
+from evalkit.store.reader import read_events_file
+
+PASS, FAIL, MISSING, INFRA = stats.PASS, stats.FAIL, stats.MISSING, stats.INFRA
+CATEGORIES: tuple[str, ...] = stats.OUTCOME_WORDS
+INFRA_KINDS: tuple[str, ...] = ("spawn_failure", "timeout", "zero_events", "endpoint_failure")
+
+#: The per-mission capture file ``run`` writes beside each stream.
+CAPTURE_FILE = "command.json"
+
+_DOWN = ("failed", "absent")
+
+
+def categorize(verdict: Mapping[str, Any], capture: Mapping[str, Any] | None = None,
+               events: Path | None = None) -> tuple[str, str | None]:
+    """(category, infra detail or None) for one verdict (a ``Verdict.as_dict()``)."""
+    if verdict.get("passed"):
+        return PASS, None
+    if capture is not None:
+        if capture.get("spawn_error"):
+            return INFRA, f"spawn_failure: {capture['spawn_error']}"
+        if capture.get("timed_out"):
+            return INFRA, f"timeout: killed after {capture.get('timeout_s')} s"
+    if verdict.get("missing"):
+        if capture is not None:  # it was spawned, yet left no stream at all
+            return INFRA, "zero_events: the agent wrote no stream"
+        return MISSING, None
+    if not (verdict.get("kpis") or {}).get("records"):
+        exit_code = None if capture is None else capture.get("exit_code")
+        said = "" if exit_code is None else f" (exit code {exit_code})"
+        return INFRA, f"zero_events: the agent wrote no record{said}"
+    down = endpoint_down(events) if events is not None else None
+    if down is not None:
+        return INFRA, f"endpoint_failure: {down}"
+    return FAIL, None
+
+
+def endpoint_down(events: Path) -> str | None:
+    """What the endpoint last said when the run ended with it down, else None.
+
+    Down = the last ``model_state`` record is ``failed`` or ``absent`` and no
+    ``answer`` record follows it (a failure the loop recovered from is not one).
+    """
+    try:
+        records = read_events_file(events).records
+    except EvalkitError:
+        return None
+    last: Mapping[str, Any] | None = None
+    for record in records:
+        event = record.get("event")
+        if event == "model_state":
+            last = record if record.get("state") in _DOWN else None
+        elif event == "answer":
+            last = None
+    if last is None:
+        return None
+    detail = last.get("detail")
+    where = f"{last.get('provider')}/{last.get('model')}"
+    return f"model {where} {last.get('state')}" + (f": {detail}" if detail else "")
+
+
+def load_capture(folder: Path) -> dict[str, Any] | None:
+    """A mission folder's ``command.json``, or None when it has none (or it is unreadable)."""
+    try:
+        data = json.loads((folder / CAPTURE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def annotate(report: dict[str, Any], base: Path | None,
+             captures: Mapping[str, Mapping[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Add the taxonomy to a score report (``ScoreReport.to_dict()``), in place; return it.
+
+    Every verdict gains ``category`` and ``infra`` (the kind and detail, or null).
+    Every half gains ``categories``: the count of each category and the pass
+    rate with and without infrastructure errors (from ``stats.rate``). Nothing
+    is renamed or removed. ``base`` is the folder the verdict sources are
+    relative to (``--runs``); ``captures`` maps mission keys to what the harness
+    saw, else each mission's ``command.json`` under ``base`` is read.
+    """
+    for verdict in report["verdicts"]:
+        key = verdict["key"]
+        if captures is not None:
+            capture = captures.get(key)
+        else:
+            capture = load_capture(base / key) if base is not None else None
+        events = _events_of(verdict, base)
+        category, detail = categorize(verdict, capture, events)
+        verdict["category"] = category
+        verdict["infra"] = detail
+    for half, data in report["halves"].items():
+        words = [v["category"] for v in report["verdicts"] if v["split"] == half]
+        data["categories"] = counts(words)
+    return report
+
+
+def counts(words: list[str]) -> dict[str, Any]:
+    """Each category's count, and the pass rate with and without infrastructure errors."""
+    out: dict[str, Any] = {word: words.count(word) for word in CATEGORIES}
+    out["rate"] = stats.rate(out[PASS], len(words))
+    out["rate_without_infra"] = stats.rate(out[PASS], len(words) - out[INFRA])
+    return out
+
+
+def _events_of(verdict: Mapping[str, Any], base: Path | None) -> Path | None:
+    source = verdict.get("source")
+    if not source or verdict.get("missing"):
+        return None
+    path = Path(source)
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    return path if path.is_file() else None
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.0f}%"
+
+
+def _interval(bounds: list[float] | None) -> str:
+    return "" if not bounds else f" [{bounds[0] * 100:.0f}–{bounds[1] * 100:.0f}%]"
+
+
+def to_markdown(report: Mapping[str, Any]) -> str:
+    """The taxonomy section appended to ``report.md``: counts per half, then the infra errors."""
+    lines = ["## Failure taxonomy", "",
+             "| half | pass | fail | missing | infra | rate | rate without infra |",
+             "|---|---|---|---|---|---|---|"]
+    for half, data in report["halves"].items():
+        c = data.get("categories")
+        if c is None:
+            continue
+        with_infra, without = c["rate"], c["rate_without_infra"]
+        lines.append(f"| {half} | {c[PASS]} | {c[FAIL]} | {c[MISSING]} | {c[INFRA]} | "
+                     f"{_pct(with_infra['value'])}{_interval(with_infra['wilson'])} | "
+                     f"{_pct(without['value'])}{_interval(without['wilson'])} |")
+    infra = [v for v in report["verdicts"] if v.get("category") == INFRA]
+    lines += ["", "Rates carry 95% Wilson intervals. Infrastructure errors:", ""]
+    lines += [f"- **{v['key']}** — {v['infra']}" for v in infra] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CATEGORIES", "INFRA_KINDS", "annotate", "categorize", "counts", "endpoint_down",
+           "load_capture", "to_markdown"]
