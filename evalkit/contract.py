@@ -169,8 +169,10 @@ ENV_VARS: dict[str, str] = {
     "EVALKIT_API_KEY": "endpoint key when --api-key is not given",
     "EVALKIT_PROFILE": "capability profile when --profile is not given",
     "EVALKIT_SANDBOX": "bwrap (refuse without it) or none (opt out)",
-    "EVALKIT_AUDIT": "audit log folder; none/off silences it",
-    "EVALKIT_APPROVALS": "approvals folder; none/off silences it",
+    "EVALKIT_AUDIT": "audit log folder; none/off silences it; unset = beside the run store "
+                     "(.evalkit/audit)",
+    "EVALKIT_APPROVALS": "approvals folder; none/off silences it; unset = beside the run store "
+                         "(.evalkit/approvals)",
 }
 
 #: What a process running a mission promises.

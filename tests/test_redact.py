@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import time
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,18 +88,14 @@ def test_redact_obj_scrubs_every_string_and_keeps_keys_and_types() -> None:
     assert obj["n"] == 3 and obj[secret][0] == secret  # the input is untouched
 
 
-def test_large_text_is_fast() -> None:
+def test_large_text_keeps_everything_but_the_secret() -> None:
+    """Speed is measured by benchmarks/bench_redact.py; this holds the behaviour."""
     line = "def f(x):\n    y = x + 1  # high through right, bearer of news\n"
     text = line * 20000 + SECRETS[3]
-    start = time.perf_counter()
     out = redact(text)
-    assert out.endswith(REDACTED)
-    assert time.perf_counter() - start < 1.0
+    assert out == line * 20000 + REDACTED
     plain = "nothing to see here " * 50000
-    start = time.perf_counter()
-    for _ in range(10):
-        assert redact(plain) is plain
-    assert time.perf_counter() - start < 0.5
+    assert redact(plain) is plain
 
 
 json_like = st.recursive(

@@ -29,11 +29,8 @@ _MEANING = {f["flag"]: f["meaning"] for f in CLI_FLAGS}
 
 #: Parameter name -> flag, for the flags accepted now and refused until their issue lands.
 NOT_YET = {
-    "control": "--control", "mcp_url": "--mcp-url", "skill": "--skill", "grant": "--grant", "gate_tool": "--gate-tool",
-    "approval": "--approval", "gate_wait": "--gate-wait", "no_supervisor": "--no-supervisor",
-    "swarm": "--swarm", "swarm_parallel": "--swarm-parallel", "cassette": "--cassette",
-    "record_mode": "--record-mode", "tools": "--tools", "resume": "--resume",
-    "replay": "--replay",
+    "mcp_url": "--mcp-url",
+    "swarm": "--swarm", "swarm_parallel": "--swarm-parallel",
 }
 
 
@@ -79,13 +76,12 @@ def mission_command(ctx: click.Context, objective: tuple[str, ...], **flags: Any
 
     try:
         settings = _settings(objective, flags)
-        if settings.profile is not None:
-            click.echo(diagnostic(f"note: profile {settings.profile!r} is recorded but not "
-                                  "enforced yet"), err=True)
         prose = sys.stderr if settings.events in ("-", "fd:1") else sys.stdout
+        from evalkit.runtime.governance.approvals import GateNotice
         from evalkit.runtime.mission import launch
 
-        launched = launch(settings, observer=Console(prose))
+        launched = launch(settings, observer=GateNotice(Console(prose)),
+                          notice=lambda said: click.echo(diagnostic(said), err=True))
     except EvalkitError as exc:
         click.echo(diagnostic(f"Error: {exc.message}"), err=True)
         ctx.exit(exc.exit_code)
@@ -98,6 +94,13 @@ def mission_command(ctx: click.Context, objective: tuple[str, ...], **flags: Any
     if launched.sink_errors:
         click.echo(diagnostic(f"warning: {launched.sink_errors} record(s) could not be written "
                               f"to {settings.events}; the run store has them"), err=True)
+    if launched.notes:
+        from evalkit.runtime.replay.session import summary_lines
+
+        for line in summary_lines(launched.notes):
+            click.echo(diagnostic(line), file=prose)
+    if "CassetteMiss" in (outcome.reason or ""):
+        click.echo(diagnostic(f"Error: {outcome.reason}"), err=True)
     if outcome.error:
         click.echo(diagnostic(f"internal error in the mission loop (the stream was closed "
                               f"incomplete):\n{outcome.error}"), err=True)
@@ -119,4 +122,9 @@ def _settings(objective: tuple[str, ...], flags: dict[str, Any]) -> Any:
         model=flags["model"], api_base=flags["api_base"], api_key=flags["api_key"],
         script=flags["script"], stream=not flags["no_stream"], protocol=flags["protocol"],
         mcp_stdio=tuple(flags["mcp_stdio"]), steps=flags["mission_steps"],
-        seconds=flags["mission_seconds"], profile=flags["profile"], sandbox=sandbox)
+        seconds=flags["mission_seconds"], profile=flags["profile"], sandbox=sandbox,
+        skills=tuple(flags["skill"]), grants=tuple(flags["grant"]),
+        gate_tools=tuple(flags["gate_tool"]), approval=flags["approval"],
+        gate_wait=flags["gate_wait"], control=flags["control"],
+        supervisor=not flags["no_supervisor"], replay=flags["replay"], resume=flags["resume"],
+        tools=flags["tools"], cassette=flags["cassette"], record_mode=flags["record_mode"])

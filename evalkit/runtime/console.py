@@ -40,8 +40,15 @@ class Console:
             tools = ", ".join(record.get("catalogue") or []) or "none"
             return (f"run: {run}\nsandbox: {record.get('sandbox', 'none')}\n"
                     f"tools: {tools}\nobjective: {record.get('objective')}")
+        if event == "step_started" and isinstance(record.get("review"), dict):
+            review = record["review"]
+            note = f": {review['note']}" if review.get("note") else ""
+            return (f"[step {record['index']}] supervisor saw {review.get('signal')}: "
+                    f"{review.get('verdict')} ({review.get('reviews_left')} review(s) left){note}")
         if event == "step_started" and "catalogue" in record:
             return "tools now: " + (", ".join(record["catalogue"]) or "none")
+        if event == "grounding":
+            return _grounding_line(record)
         if event == "reply_rejected":
             return f"[step {record['index']}] reply rejected: {record['problem']}"
         if event == "tool_call":
@@ -66,6 +73,17 @@ class Console:
                 said += f" ({budget['which']}: {budget['spent']} of {budget['limit']})"
             return said + f" in {record.get('elapsed_s', 0)} s"
         return None
+
+
+def _grounding_line(record: dict[str, Any]) -> str:
+    unsupported = ", ".join(map(str, record.get("unsupported") or []))
+    if record.get("repairing"):
+        return f"grounding: not grounded ({unsupported or 'too few citations'}); repair turn"
+    if not record.get("grounded"):
+        return f"grounding: NOT grounded ({unsupported or 'too few citations'}); caveat appended"
+    if not record.get("verified"):
+        return "grounding: grounded, NOTHING CHECKED (no claim was considered)"
+    return "grounding: grounded and verified"
 
 
 def diagnostic(message: str) -> str:

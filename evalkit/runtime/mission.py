@@ -10,7 +10,7 @@ sentence, raised before any event is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,8 @@ from typing import Any
 from evalkit.contract import PROFILES, SANDBOXES
 from evalkit.errors import EvalkitError
 from evalkit.runtime.cancel import Cancelled, CancelToken, sigterm_cancels
+from evalkit.runtime.control import ControlChannel
+from evalkit.runtime.governance import DEFAULT_PROFILE, AuditLog, Governor, audit_root
 from evalkit.runtime.run import Bounds, Observer, Run, RunOutcome
 
 
@@ -41,6 +43,30 @@ class MissionSettings:
     #: "bwrap", "none", or None for "bwrap when it is installed".
     sandbox: str | None = None
     root: Path = field(default_factory=Path.cwd)
+    #: Skill manifests (SKILL.md paths), first is primary.
+    skills: tuple[str, ...] = ()
+    #: Scopes added beyond the profile for this run.
+    grants: tuple[str, ...] = ()
+    gate_tools: tuple[str, ...] = ()
+    #: An approved request whose one call this run may make.
+    approval: str | None = None
+    #: Seconds a standing gate waits for a decision (None/0: it does not wait).
+    gate_wait: float | None = None
+    #: Where control commands come from: -, fd:N or a path.
+    control: str | None = None
+    #: The stuck-loop supervisor (``--no-supervisor`` switches it off).
+    supervisor: bool = True
+    #: Replay this recorded run (a run id or a run directory): see ``evalkit.runtime.replay``.
+    replay: str | None = None
+    #: Continue this unfinished run (a run id or a run directory): see ``evalkit.runtime.resume``.
+    resume: str | None = None
+    #: On replay: "recorded" (the default) or "live" tool results.
+    tools: str | None = None
+    #: On replay: serve the recording before this step index, then the live model (a fork).
+    live_from: int | None = None
+    #: An HTTP cassette for the openai backend, and its vcrpy record mode.
+    cassette: str | None = None
+    record_mode: str | None = None
 
     def recorded_flags(self) -> dict[str, Any]:
         """The settings worth keeping in meta.json (never the key)."""
@@ -59,16 +85,23 @@ class Launched:
     outcome: RunOutcome
     sink_errors: int
     recorded: bool
+    #: What a replay reports (``drift``, ``ran_off_end``…); empty for a fresh run.
+    notes: dict[str, Any] = field(default_factory=dict)
 
 
 def check(settings: MissionSettings) -> None:
     """Refuse settings a mission cannot start with, one sentence each."""
     if not settings.objective.strip():
         raise EvalkitError("an objective is required: evalkit mission \"what to do\"")
-    if settings.provider not in ("openai", "scripted"):
-        hint = " (replay comes with --replay, which is not available yet)" \
-            if settings.provider == "replay" else ""
-        raise EvalkitError(f"unknown provider {settings.provider!r}: use openai or scripted{hint}")
+    if settings.provider == "replay" and not settings.replay:
+        raise EvalkitError("--provider replay needs --replay RUN (the recording it serves)")
+    if settings.provider not in ("openai", "scripted", "replay"):
+        raise EvalkitError(f"unknown provider {settings.provider!r}: use openai or scripted")
+    if settings.cassette and settings.provider != "openai":
+        raise EvalkitError(f"--cassette records the openai backend's HTTP exchanges; "
+                           f"--provider {settings.provider} makes none")
+    if settings.record_mode and not settings.cassette:
+        raise EvalkitError("--record-mode needs --cassette PATH")
     if settings.provider == "scripted" and not settings.script:
         raise EvalkitError("--provider scripted needs --script FILE")
     if settings.provider == "openai" and not settings.model:
@@ -84,30 +117,78 @@ def check(settings: MissionSettings) -> None:
                            f"{', '.join(PROFILES)}")
     if settings.sandbox is not None and settings.sandbox not in SANDBOXES:
         raise EvalkitError(f"EVALKIT_SANDBOX={settings.sandbox!r} is not bwrap or none")
+    _check_governance(settings)
+
+
+def _check_governance(settings: MissionSettings) -> None:
+    from evalkit.runtime.governance.approvals import is_approval_id
+    from evalkit.runtime.governance.profiles import check_grants
+
+    check_grants(settings.grants)
+    if settings.approval is not None and not is_approval_id(settings.approval):
+        raise EvalkitError(f"--approval {settings.approval!r} is not an approval id "
+                           "(ap_ and 16 hex digits)")
+    if settings.gate_wait is not None and settings.gate_wait < 0:
+        raise EvalkitError("--gate-wait must be 0 seconds or more")
 
 
 def launch(settings: MissionSettings, *, observer: Observer | None = None,
-           environ: Mapping[str, str] | None = None) -> Launched:
-    """Build everything, run the mission, close everything; SIGTERM winds the run up."""
-    from evalkit.runtime.backends import make_backend
-    from evalkit.runtime.tools import ResultStore, ToolPlane
+           environ: Mapping[str, str] | None = None,
+           notice: Callable[[str], None] | None = None, durable: bool = True) -> Launched:
+    """Build everything, run the mission, close everything; SIGTERM winds the run up.
+
+    ``notice`` hears the sentences a person should see before the run starts
+    (pending approvals found abandoned on the way in). A ``--replay`` or
+    ``--resume`` comes in through its door (``evalkit.runtime.doors``), which
+    decides the effective settings and what stands in for the live parts.
+    ``durable=False`` records without fsync (regrade's re-creatable replays only).
+    """
+    from evalkit.runtime.doors import open_door
     from evalkit.store.layout import runs_root
     from evalkit.store.runstore import RunStore
+
+    env = os.environ if environ is None else environ
+    root = runs_root(env)
+    store = RunStore(root, durable=durable) if root is not None else None
+    door = open_door(settings, store)
+    try:
+        return _launch(door, store, env, observer=observer, notice=notice)
+    finally:
+        door.close()
+
+
+def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer | None,
+            notice: Callable[[str], None] | None) -> Launched:
+    from evalkit.runtime.backends import make_backend
+    from evalkit.runtime.tools import ResultStore, ToolPlane
+    from evalkit.store.orphans import close_orphans
     from evalkit.store.sink import EventSink
 
+    settings = door.settings
     check(settings)
-    model = make_backend(settings.provider, script=settings.script, model=settings.model,
-                         base_url=settings.api_base, api_key=settings.api_key,
-                         stream=settings.stream)
-    sandbox = _sandbox(settings.sandbox)
-    root = runs_root(os.environ if environ is None else environ)
-    store = RunStore(root) if root is not None else None
+    env = {**env, **door.env}
+    root = store.root if store is not None else None
+    if store is not None:
+        close_orphans(store, keep=door.keep)  # runs whose process died get their last word
+    manifest, approvals = _governance_parts(settings, env, notice)
+    live = None if settings.provider == "replay" else make_backend(
+        settings.provider, script=settings.script, model=settings.model,
+        base_url=settings.api_base, api_key=settings.api_key, stream=settings.stream,
+        cassette=settings.cassette, record_mode=settings.record_mode)
+    model = door.model(live) if door.model is not None else live
+    sandbox = _sandbox(settings.sandbox) if door.plane is None else None
+    sandbox_name = door.sandbox or sandbox.name
     results = ResultStore()
-    plane = ToolPlane(root=settings.root, results=results, mcp_stdio=list(settings.mcp_stdio),
-                      sandbox=sandbox)
+    for output in door.outputs:  # a resumed run's handles continue where they stood
+        results.put(output)
+    plane = door.plane(results) if door.plane is not None else ToolPlane(
+        root=settings.root, results=results, builtins=builtins_for(manifest),
+        mcp_stdio=list(settings.mcp_stdio), sandbox=sandbox)
     token = CancelToken()
     sink: EventSink | None = None
+    control: ControlChannel | None = None
     try:
+        control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
             try:
@@ -118,18 +199,74 @@ def launch(settings: MissionSettings, *, observer: Observer | None = None,
                 raise EvalkitError("cancelled before the mission started") from None
             except Exception as exc:
                 raise EvalkitError(f"the tool plane did not start: {exc}") from None
-            run = Run(model, plane, bounds=Bounds(steps=settings.steps, seconds=settings.seconds),
+            where = audit_root(env)
+            governor = Governor.at_door(
+                plane.catalogue(), profile=settings.profile or DEFAULT_PROFILE,
+                grants=settings.grants, manifest=manifest, gate_tools=settings.gate_tools,
+                approval_id=settings.approval, approvals=approvals,
+                audit=AuditLog(where) if where is not None else None,
+                sandbox=sandbox_name, gate_wait=settings.gate_wait, runs_root=root)
+            if governor.deferred and notice is not None:
+                notice(f"note: {', '.join(governor.deferred)} not offered by the running "
+                       "server(s) yet; admitted if registered mid-run")
+            run = Run(model, plane, bounds=Bounds(steps=settings.steps, seconds=settings.seconds,
+                                          supervisor=settings.supervisor),
                       store=store, sink=sink, protocol=settings.protocol, observer=observer,
-                      results=results, meta={"flags": settings.recorded_flags()},
-                      sandbox=sandbox.name, profile=settings.profile, cancel_token=token)
+                      results=results, meta={"flags": settings.recorded_flags(), **door.meta},
+                      sandbox=sandbox_name, cancel_token=token, governor=governor,
+                      control=control, resume=door.resume, closing_meta=door.closing,
+                      grounding=_grammar(manifest))
+            if control is not None:
+                control.start(on_cancel=token.cancel)
             outcome = run.run(settings.objective)
     finally:
         token.close()
+        if control is not None:
+            control.close()
         plane.close()
         if sink is not None:
             sink.close()
+        if callable(getattr(live, "close", None)):
+            live.close()  # a cassette is written here
     return Launched(outcome=outcome, sink_errors=sink.errors if sink else 0,
-                    recorded=store is not None)
+                    recorded=store is not None,
+                    notes=door.closing() if door.closing is not None else {})
+
+
+def builtins_for(manifest: Any) -> list[str]:
+    """The default built-ins, plus the opt-in ones (coding, research) a skill names."""
+    from evalkit.runtime.tools.builtins import BUILTIN_NAMES, OPT_IN_NAMES
+
+    named = set(getattr(manifest, "allowed_tools", None) or ())
+    return [*BUILTIN_NAMES, *(n for n in OPT_IN_NAMES if n in named)]
+
+
+def _grammar(manifest: Any) -> Any:
+    """The skill's grounding grammar (``evalkit.grounding``), or None: no block, no validator."""
+    block = getattr(manifest, "grounding", None)
+    if block is None:
+        return None
+    from evalkit.grounding import parse_grammar
+
+    return parse_grammar(block)
+
+
+def _governance_parts(settings: MissionSettings, env: Mapping[str, str],
+                      notice: Callable[[str], None] | None) -> tuple[Any, Any]:
+    """The composed skill manifest and the approvals store (reconciled on the way in)."""
+    from evalkit.runtime.governance import ApprovalStore, approvals_root, load_all
+
+    manifest = load_all(settings.skills) if settings.skills else None
+    folder = approvals_root(env)
+    approvals = ApprovalStore(folder) if folder is not None else None
+    if approvals is not None:
+        abandoned = approvals.reconcile()
+        if abandoned and notice is not None:
+            notice(f"note: {len(abandoned)} pending approval request(s) whose run is gone were "
+                   f"marked abandoned: {', '.join(abandoned)}")
+        if settings.gate_tools:
+            approvals.ensure()  # a gate must be able to write its request: refuse now if not
+    return manifest, approvals
 
 
 def _sandbox(choice: str | None) -> Any:

@@ -100,3 +100,67 @@ def result_note(tool: str, handle: str, ok: bool, exit_code: int | None, view: s
     if exit_code is not None:
         status += f", exit code {exit_code}"
     return f"Result of {tool} (handle {handle}, {status}):\n{view}"
+
+
+# --- grounding repair ----------------------------------------------------------------------
+
+def repair_problem(unsupported: Sequence[str], short: Sequence[str]) -> str:
+    """Why an answer goes back for repair: the exact tokens, and the checks short of citations."""
+    says = []
+    if unsupported:
+        says.append("your answer states things no tool result of this run holds: "
+                    + ", ".join(unsupported)
+                    + ". Read them from a tool, or leave them out")
+    if short:
+        says.append("your answer cites too little for " + ", ".join(short)
+                    + "; name what the tool results show")
+    return "; ".join(says) + ". Then give your final answer again."
+
+
+# --- the supervisor ------------------------------------------------------------------------
+
+REVIEW_SYSTEM = (
+    "You supervise an agent working on a mission. A watchdog noticed a pattern that often "
+    "means an agent is going in circles. Judge from the objective and the recent steps "
+    "whether the agent is still making progress."
+)
+
+_VERDICT_HELP = {
+    "progressing": '"progressing" - a false alarm: the agent is getting somewhere',
+    "nudge": '"nudge" - the agent should change course; your note is shown to it as its '
+             "next instruction",
+    "stuck": '"stuck" - the agent will not get further; it must write its best answer now',
+}
+
+
+def review_messages(objective: str, pattern: str, transcript: str, *,
+                    verdicts: Sequence[str]) -> list[dict[str, Any]]:
+    """The one plain call a supervisor review makes."""
+    choices = "\n".join(f"- {_VERDICT_HELP[v]}" for v in verdicts)
+    last = "" if "progressing" in verdicts else (
+        "\nThis is the last review of this run: progressing is not an option.")
+    user = (f"Objective: {objective}\n\nWhat the watchdog saw: {pattern}.\n\n"
+            f"The recent steps:\n{transcript or '(none recorded)'}\n\n"
+            f"Reply with exactly one JSON object, "
+            f'{{"verdict": "...", "note": "..."}}, where verdict is one of:\n{choices}{last}')
+    return [{"role": "system", "content": REVIEW_SYSTEM}, {"role": "user", "content": user}]
+
+
+def nudge_note(note: str) -> str:
+    """A supervisor's nudge as the agent reads it."""
+    return f"Supervisor's note: {note}"
+
+
+def default_nudge(pattern: str) -> str:
+    return f"{pattern[:1].upper()}{pattern[1:]}. Try a different approach, or answer with what " \
+           "you have."
+
+
+def stuck_note(pattern: str) -> str:
+    """The last instruction a stuck run's agent gets."""
+    return (f"The supervisor judged this run stuck ({pattern}). Write your best final answer "
+            "now from what the tool results have shown; no more tools will be run.")
+
+
+STUCK_CALL = ("the run was judged stuck and only a final answer is accepted now; "
+              "the call was not made")

@@ -21,14 +21,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalkit.contract import SCHEMA_VERSION
+from evalkit.runtime import control as control_words
 from evalkit.runtime import prompts
 from evalkit.runtime.backends import ModelBackend, Reply, ScriptExhausted
 from evalkit.runtime.cancel import Cancelled, CancelToken
+from evalkit.runtime.governance import Governor
 from evalkit.runtime.protocol import Answer, Call, Protocol, Rejection, make_protocol
 from evalkit.runtime.usage import UsageLedger
 from evalkit.runtime.waits import ModelUnavailable, WaitPolicy, call_with_waits
 
 if TYPE_CHECKING:
+    from evalkit.grounding import Grammar
+    from evalkit.runtime.control import ControlChannel
+    from evalkit.runtime.governance.governor import Verdict
+    from evalkit.runtime.resume import ResumePoint
+    from evalkit.runtime.supervisor import Review
     from evalkit.runtime.tools import ResultStore, ToolPlane
     from evalkit.store.runstore import RunStore
     from evalkit.store.sink import EventSink
@@ -49,6 +56,8 @@ class Bounds:
     waits: WaitPolicy = field(default_factory=WaitPolicy)
     #: Characters of one tool result the model sees (the rest via ``mission_result``).
     result_chars: int = prompts.RESULT_VIEW_CHARS
+    #: The stuck-loop supervisor (``evalkit.runtime.supervisor``); off with ``--no-supervisor``.
+    supervisor: bool = True
 
 
 @dataclass
@@ -67,6 +76,14 @@ class RunOutcome:
     records: int = 0
     #: The traceback when the loop itself crashed (a bug, never the agent's fault).
     error: str | None = None
+
+
+class _CallFailed(Exception):
+    """A model call that could not be made; ``reason`` says why in one sentence."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Finish(Exception):
@@ -91,7 +108,10 @@ class Run:
                  protocol: str | Protocol = "json", observer: Observer | None = None,
                  results: ResultStore | None = None, meta: dict[str, Any] | None = None,
                  sandbox: str | None = None, profile: str | None = None,
-                 cancel_token: CancelToken | None = None) -> None:
+                 cancel_token: CancelToken | None = None, governor: Governor | None = None,
+                 control: ControlChannel | None = None,
+                 grounding: Grammar | None = None, resume: ResumePoint | None = None,
+                 closing_meta: Callable[[], dict[str, Any]] | None = None) -> None:
         self.model, self.plane, self.store, self.sink = model, plane, store, sink
         self.bounds = bounds or Bounds()
         self.protocol = make_protocol(protocol) if isinstance(protocol, str) else protocol
@@ -99,8 +119,17 @@ class Run:
         self.results = results if results is not None else plane.results
         self.meta = dict(meta or {})
         self.sandbox = sandbox or getattr(getattr(plane, "sandbox", None), "name", "none")
-        self.profile = profile
+        #: Every dispatch decision; deny-by-default (``safe``) when none is given.
+        self.governor = governor or Governor(profile or "safe")
+        self.profile = self.governor.profile
         self.token = cancel_token or CancelToken()
+        self.control = control
+        #: The grounding grammar (a skill's ``grounding:`` block); None = no validator.
+        self.grounding = grounding
+        #: An unfinished run to continue (``--resume``) instead of creating one.
+        self.resume = resume
+        #: Extra meta written when the run closes (a replay's ``drift``).
+        self.closing_meta = closing_meta
 
     def cancel(self) -> None:
         """Wind the run up at its next boundary (safe from any thread)."""
@@ -115,7 +144,13 @@ class Run:
         self._t0 = time.monotonic()
         self._steps, self._usage, self._started = 0, UsageLedger(), False
         self._catalogue: list[dict[str, Any]] = []
-        self._writer = self.store.create(self._meta(objective)) if self.store else None
+        self._supervisor, self._grounding = _watchers(self.bounds.supervisor, self.grounding)
+        self._stuck = False
+        self._next_step: dict[str, Any] = {}  # fields for the next step_started
+        if self.resume is not None:
+            self._writer = self.resume.writer
+        else:
+            self._writer = self.store.create(self._meta(objective)) if self.store else None
         self._emitter = Emitter(self.sink, self._writer)
         finish, error = _Finish("incomplete"), None
         try:
@@ -144,23 +179,40 @@ class Run:
                 "max_steps": self.bounds.steps, "max_seconds": self.bounds.seconds, **self.meta}
 
     def _start(self, objective: str) -> None:
-        self._catalogue = [d.as_dict() for d in self.plane.catalogue()]
+        self._audit_ref = self.governor.begin(
+            self._writer.run_id if self._writer else None, objective)
+        self._catalogue = [d.as_dict() for d in self.governor.offer(self.plane.catalogue())]
         self._tools = self.protocol.tools(self._catalogue)
-        self._messages = [self.protocol.system_message(self._catalogue),
+        self._messages = [self.governor.brief(self.protocol.system_message(self._catalogue)),
                           {"role": "user", "content": objective}]
+        if self.resume is not None:  # its mission_started is on record already
+            self._continue(self.resume)
+            return
         if self._writer is not None:
             with self.token.shield():
                 self._writer.record_catalogue(self._catalogue)
         self._emit_started(objective)
 
+    def _continue(self, point: ResumePoint) -> None:
+        """A resumed run: the conversation, steps and usage so far, as recorded."""
+        self._messages += point.messages
+        self._steps, self._usage, self._started = point.steps, point.usage, True
+        for record in point.history:
+            for watcher in (self._supervisor, self._grounding):
+                if watcher is not None:
+                    watcher.see(record)
+        with self.token.shield():
+            self._next_step.update(point.begin(self._catalogue))
+
     def _emit_started(self, objective: str) -> None:
         record = _with({
             "event": "mission_started", "schema_version": SCHEMA_VERSION,
-            "objective": objective, "catalogue": self._names(), "gated": [],
+            "objective": objective, "catalogue": self._names(), "gated": self.governor.gated,
             "max_steps": self.bounds.steps, "history": 0, "sandbox": self.sandbox,
-            "audit_ref": None,
+            "audit_ref": getattr(self, "_audit_ref", None),
         }, profile=self.profile, run_id=self._writer.run_id if self._writer else None,
-            protocol=None if self.protocol.name == "json" else self.protocol.name)
+            protocol=None if self.protocol.name == "json" else self.protocol.name,
+            granted=self.governor.granted)
         self._started = True
         self._emit(record)
 
@@ -172,10 +224,18 @@ class Run:
                 raise _Finish("budget_exhausted", budget={
                     "which": "steps", "limit": self.bounds.steps, "spent": self._steps})
             changed = self._refresh() if self._steps else None
+            review = self._supervise(self._steps) if self._steps else None
             index, self._steps = self._steps, self._steps + 1
-            step: dict[str, Any] = {"event": "step_started", "index": index}
+            step: dict[str, Any] = {"event": "step_started", "index": index, **self._next_step}
+            self._next_step = {}
             if changed is not None:
                 step["catalogue"] = changed
+            injected = self._take_control()
+            if review is not None:
+                step["review"] = review.record()
+                injected = injected + (review.injected or [])
+            if injected:
+                step["injected"] = injected
             self._emit(step)
             reply = self._ask(index)
             items = self.protocol.read(reply, self._names())
@@ -183,19 +243,73 @@ class Run:
             usage, ordinal = reply.usage, 0
             for item in items:
                 if isinstance(item, Answer):
-                    self._emit(_with({"event": "answer", "text": item.text,
-                                      "outcome": "answered"}, usage=usage))
-                    raise _Finish("answered", answer=item.text)
-                if isinstance(item, Rejection):
+                    self._answer(item, usage)
+                    break  # it went back for repair: the loop goes on
+                if isinstance(item, Rejection) or self._stuck:
+                    if not isinstance(item, Rejection):  # a stuck run's last turn runs nothing
+                        item = Rejection(prompts.STUCK_CALL, tool=item.tool, id=item.id)
                     self._emit(_with({"event": "reply_rejected", "index": index,
                                       "problem": item.problem}, tool=item.tool, usage=usage))
                     self._messages.append(self.protocol.rejection_message(item))
                 else:
                     self.token.check()
                     self._check_clock()
+                    if self.control is not None and self.control.step_cancelled():
+                        skipped = Rejection(control_words.SKIPPED_CALL.format(tool=item.tool),
+                                            tool=item.tool, id=item.id)
+                        self._emit(_with({"event": "reply_rejected", "index": index,
+                                          "problem": skipped.problem}, tool=item.tool,
+                                         usage=usage))
+                        self._messages.append(self.protocol.rejection_message(skipped))
+                        continue
                     self._dispatch(index, item, ordinal, usage)
                     ordinal += 1
                 usage = None  # usage rides only the first record of a turn
+            if self._stuck:
+                raise _Finish("incomplete", reason="stuck")
+
+    def _answer(self, item: Answer, usage: dict[str, Any] | None) -> None:
+        """The answer path; returns only when the answer went back for a repair turn.
+
+        Under a grounding grammar the verdict record comes first (interim when
+        a repair turn follows); an answer that stays ungrounded is kept with
+        its caveat appended (``answered_with_caveat``).
+        """
+        text, outcome = item.text, "answered"
+        if self._grounding is not None:
+            room = (not self.bounds.steps or self._steps < self.bounds.steps) \
+                and _can_ask_again(self.model)
+            judged = self._grounding.judge(item.text, self._catalogue,
+                                           can_repair=room and not self._stuck)
+            self._emit(judged.record)
+            if judged.repair is not None:
+                self._messages.append(self.protocol.rejection_message(
+                    Rejection(judged.repair, id=item.id)))
+                return
+            text, outcome = judged.text, judged.outcome
+        self._emit(_with({"event": "answer", "text": text, "outcome": outcome}, usage=usage))
+        raise _Finish(outcome, answer=text, reason="stuck" if self._stuck else None)
+
+    def _supervise(self, index: int) -> Review | None:
+        """At a step boundary: the supervisor's review of a signal that just fired, if any."""
+        if self._supervisor is None:
+            return None
+        review = self._supervisor.boundary(lambda messages: self._review_call(index, messages))
+        if review is not None:
+            if review.message:
+                self._messages.append({"role": "user", "content": review.message})
+            self._stuck = review.verdict == "stuck"
+        return review
+
+    def _take_control(self) -> list[str]:
+        """At a step boundary: the operator's injected turns (and a late cancel_step note)."""
+        if self.control is None:
+            return []
+        if self.control.late_cancel_step():
+            self._messages.append({"role": "user", "content": control_words.LATE_CANCEL_STEP})
+        injected = self.control.injections()
+        self._messages += [{"role": "user", "content": text} for text in injected]
+        return injected
 
     def _check_clock(self) -> None:
         spent = time.monotonic() - self._t0
@@ -210,7 +324,7 @@ class Run:
                 return None
         except Exception:  # a server that died: its calls fail as ordinary results instead
             return None
-        new = [d.as_dict() for d in self.plane.catalogue()]
+        new = [d.as_dict() for d in self.governor.offer(self.plane.catalogue())]
         if new == self._catalogue:
             return None
         old_names, self._catalogue = self._names(), new
@@ -225,9 +339,24 @@ class Run:
         return names
 
     def _ask(self, index: int) -> Reply:
-        """One model call, waited out and recorded (failed calls too)."""
-        request = {"messages": self._messages, "extra": {
-            **self.model.describe(), "protocol": self.protocol.name, "tools": self._tools}}
+        """One mission turn; a call that cannot be made ends the run ``incomplete``."""
+        try:
+            return self._complete(index, self._messages, self._tools, "mission")
+        except _CallFailed as failed:
+            raise _Finish("incomplete", reason=failed.reason) from None
+
+    def _review_call(self, index: int, messages: list[dict[str, Any]]) -> Reply | None:
+        """A supervisor review: one plain call; None when it could not be made."""
+        try:
+            return self._complete(index, messages, None, "plain")
+        except _CallFailed:
+            return None
+
+    def _complete(self, index: int, messages: list[dict[str, Any]],
+                  tools: list[dict[str, Any]] | None, kind: str) -> Reply:
+        """One model call, waited out, metered and recorded (failed calls too)."""
+        request = {"messages": messages, "extra": {
+            **self.model.describe(), "protocol": self.protocol.name, "tools": tools}}
         deadline = None if self.bounds.seconds is None else self._t0 + self.bounds.seconds
 
         def state(name: str, detail: str | None, since_s: float, retry: float | None) -> None:
@@ -238,31 +367,39 @@ class Run:
 
         try:
             reply = call_with_waits(
-                lambda: self.model.complete(self._messages, self._tools, kind="mission"),
+                lambda: self.model.complete(messages, tools, kind=kind),
                 policy=self.bounds.waits, deadline=deadline, on_state=state,
                 pause=self.token.pause)
         except (ModelUnavailable, ScriptExhausted) as exc:
-            self._record_call(request, {"error": str(exc)})
-            raise _Finish("incomplete", reason=str(exc)) from None
+            self._record_call(kind, request, {"error": str(exc)})
+            raise _CallFailed(str(exc)) from None
         except Exception as exc:
-            self._record_call(request, {"error": f"{type(exc).__name__}: {exc}"})
-            raise _Finish("incomplete",
-                          reason=f"the model call failed: {type(exc).__name__}: {exc}") from None
+            self._record_call(kind, request, {"error": f"{type(exc).__name__}: {exc}"})
+            raise _CallFailed(f"the model call failed: {type(exc).__name__}: {exc}") from None
         self._usage.add(reply.usage)
-        self._record_call(request, reply.as_record())
+        self._record_call(kind, request, reply.as_record())
         return reply
 
-    def _record_call(self, request: dict[str, Any], reply: dict[str, Any]) -> None:
+    def _record_call(self, kind: str, request: dict[str, Any], reply: dict[str, Any]) -> None:
         if self._writer is not None:
             with self.token.shield():
-                self._writer.record_model_call("mission", request, reply)
+                self._writer.record_model_call(kind, request, reply)
 
     def _dispatch(self, index: int, call: Call, ordinal: int,
                   usage: dict[str, Any] | None) -> None:
-        """``tool_call``, the dispatch, the whole result kept and recorded, ``tool_result``."""
+        """``tool_call``, the governed dispatch, the whole result kept and recorded, ``tool_result``.
+
+        A gated call stands at its gate first: it is carried out only once a
+        person said yes; with nobody deciding, the run ends ``awaiting_approval``.
+        """
+        verdict = self.governor.judge(self.plane.descriptor(call.tool), call.tool,
+                                      dict(call.arguments))
+        if verdict.gated:
+            verdict = self._stand_at_gate(index, call, verdict)
         self._emit(_with({"event": "tool_call", "index": index, "tool": call.tool,
                           "arguments": dict(call.arguments)}, usage=usage, call=ordinal or None))
-        result = self.plane.dispatch(call.tool, dict(call.arguments))
+        result = self.governor.carry_out(self.plane, call.tool, dict(call.arguments), verdict,
+                                         index=index)
         handle = self.results.put(result.output)
         if self._writer is not None:
             with self.token.shield():
@@ -276,6 +413,19 @@ class Run:
                          call=ordinal or None))
         note = prompts.result_note(call.tool, handle, result.ok, result.exit_code, view)
         self._messages.append(self.protocol.result_message(call, note))
+
+    def _stand_at_gate(self, index: int, call: Call, verdict: Verdict) -> Verdict:
+        """``gate_requested``, then wait (``--gate-wait``) for a person; none -> awaiting."""
+        with self.token.shield():
+            gate = self.governor.request(verdict, call.tool, dict(call.arguments), index)
+        self._emit({"event": "gate_requested", "index": index, "tool": call.tool,
+                    "arguments": dict(call.arguments), "reason": gate.reason,
+                    "approval_id": gate.approval_id})
+        deadline = None if self.bounds.seconds is None else self._t0 + self.bounds.seconds
+        decided = self.governor.await_decision(gate, self.control, self.token, deadline)
+        if decided is None:
+            raise _Finish("awaiting_approval")
+        return decided
 
     # -- the end --------------------------------------------------------------------------
 
@@ -298,10 +448,12 @@ class Run:
                     self.sink.write(redact_obj(finished))
                 raise
         finally:
+            self.governor.end()
             if self._writer is not None:
                 try:
+                    extra = self.closing_meta() if self.closing_meta is not None else {}
                     self._writer.update_meta(outcome=finish.outcome, reason=finish.reason,
-                                             steps=self._steps, elapsed_s=elapsed)
+                                             steps=self._steps, elapsed_s=elapsed, **extra)
                 finally:
                     self._writer.close()
         return elapsed
@@ -309,6 +461,9 @@ class Run:
     def _emit(self, record: dict[str, Any]) -> None:
         with self.token.shield():
             emitted = self._emitter.emit(record)
+        for watcher in (self._supervisor, self._grounding):
+            if watcher is not None:
+                watcher.see(emitted)
         if self.observer is not None:
             try:
                 self.observer(emitted)
@@ -317,6 +472,31 @@ class Run:
 
     def _names(self) -> list[str]:
         return [tool["name"] for tool in self._catalogue]
+
+
+def _watchers(supervised: bool, grammar: Grammar | None) -> tuple[Any, Any]:
+    """The run's supervisor and grounding gate (imported here: ``--help`` never pays for them)."""
+    supervisor = grounding = None
+    if supervised:
+        from evalkit.runtime.supervisor import Supervisor
+
+        supervisor = Supervisor()
+    if grammar is not None:
+        from evalkit.runtime.repair import GroundingGate
+
+        grounding = GroundingGate(grammar)
+    return supervisor, grounding
+
+
+def _can_ask_again(model: Any) -> bool:
+    """False when the backend knows it holds no further turn (a replay at its recording's end).
+
+    A grounding repair the recording never made cannot be served, so the
+    answer is judged as it stands (kept with its caveat) instead of the replay
+    running off the end.
+    """
+    remaining = getattr(model, "remaining", None)
+    return not callable(remaining) or remaining("mission") > 0
 
 
 def _with(record: dict[str, Any], **optional: Any) -> dict[str, Any]:

@@ -35,10 +35,17 @@ def now_iso() -> str:
 
 
 class RunStore:
-    """The directory of runs under ``root``; hands out writers and paths."""
+    """The directory of runs under ``root``; hands out writers and paths.
 
-    def __init__(self, root: Path) -> None:
+    ``durable=False`` skips the fsyncs (lines are still written whole, one
+    ``os.write`` each, so a crashed process loses nothing; a power cut may).
+    Only for runs that can be made again from something durable — regrade's
+    replays of recordings — never for a mission's own record.
+    """
+
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
         self.root = Path(root)
+        self.durable = durable
 
     def create(self, meta: dict[str, Any]) -> RunWriter:
         """A new run: fresh id and directory, its lock taken, meta.json written."""
@@ -56,7 +63,7 @@ class RunStore:
                 continue
             except OSError as exc:
                 raise EvalkitError(f"cannot create run {path}: {exc.strerror or exc}.") from None
-            writer = RunWriter(path)
+            writer = RunWriter(path, durable=self.durable)
             try:
                 writer._merge_meta(meta)
             except BaseException:
@@ -83,29 +90,35 @@ class RunStore:
 
     def is_live(self, run_id: str) -> bool:
         """True while some process (this one included) holds the run's lock."""
-        lock = self.path_of(run_id) / layout.LOCK_FILE
-        try:
-            fd = os.open(lock, os.O_RDONLY | _CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            # A shared probe: two probes never block each other; a writer's
-            # exclusive lock blocks it. Closing the fd drops the probe's lock.
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+        return lock_held(self.path_of(run_id))
+
+
+def lock_held(run_dir: Path) -> bool:
+    """True while some process (this one included) holds the lock of the run at ``run_dir``."""
+    lock = Path(run_dir) / layout.LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
         return False
+    try:
+        # A shared probe: two probes never block each other; a writer's
+        # exclusive lock blocks it. Closing the fd drops the probe's lock.
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class _AppendFile:
     """One append-only JSONL file: lazily opened, every line written once and fsync'd."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, fsync: bool = True) -> None:
         self.path = path
         self._fd: int | None = None
         self._size = 0
+        self._fsync = fsync
 
     def write_line(self, line: bytes) -> None:
         try:
@@ -116,7 +129,8 @@ class _AppendFile:
             view = memoryview(line)
             while view:  # one write in practice; short writes only on a full disk
                 view = view[os.write(self._fd, view):]
-            os.fsync(self._fd)
+            if self._fsync:
+                os.fsync(self._fd)
         except OSError as exc:
             self._cut_back()
             raise EvalkitError(
@@ -172,19 +186,22 @@ def _take_lock(path: Path, run_id: str) -> int:
     return fd
 
 
-def _replace_atomically(path: Path, data: bytes) -> None:
+def _replace_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """Write ``data`` to a temp file beside ``path``, fsync, rename over it, fsync the dir."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         try:
             os.write(fd, data)
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if not fsync:
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY | _CLOEXEC)
     try:
         os.fsync(dir_fd)
@@ -200,9 +217,10 @@ class RunWriter:
     where the files end. Thread-safe.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, durable: bool = True) -> None:
         self.path = Path(path)
         self.run_id = self.path.name
+        self._durable = durable
         if not layout.is_run_id(self.run_id) or not self.path.is_dir():
             raise EvalkitError(f"no such run: {self.run_id}")
         self._lock = threading.Lock()
@@ -215,9 +233,9 @@ class RunWriter:
         except BaseException:
             self._release()
             raise
-        self._events = _AppendFile(self.path / layout.EVENTS_FILE)
-        self._model = _AppendFile(self.path / layout.MODEL_FILE)
-        self._tools = _AppendFile(self.path / layout.TOOLS_FILE)
+        self._events = _AppendFile(self.path / layout.EVENTS_FILE, fsync=durable)
+        self._model = _AppendFile(self.path / layout.MODEL_FILE, fsync=durable)
+        self._tools = _AppendFile(self.path / layout.TOOLS_FILE, fsync=durable)
         self._closed = False
 
     @property
@@ -280,7 +298,8 @@ class RunWriter:
             meta = dict(self._meta, updated_at=now, last_seq=self._seq)
             meta["meta"] = {**self._meta["meta"], **scrubbed}
             try:
-                _replace_atomically(self.path / layout.META_FILE, encode_line(meta))
+                _replace_atomically(self.path / layout.META_FILE, encode_line(meta),
+                                    fsync=self._durable)
             except OSError as exc:
                 raise EvalkitError(
                     f"cannot write {self.path / layout.META_FILE}: {exc.strerror or exc}."

@@ -72,7 +72,8 @@ def test_a_flag_whose_feature_has_not_landed_refuses_in_one_sentence(name: str) 
     ([], {}, "an objective is required"),
     (["x"], {}, "--provider openai needs --model"),
     (["x", "--provider", "scripted"], {}, "needs --script"),
-    (["x", "--provider", "replay"], {}, "unknown provider 'replay'"),
+    (["x", "--provider", "replay"], {}, "--provider replay needs --replay RUN"),
+    (["x", "--provider", "nope"], {}, "unknown provider 'nope'"),
     (["x", "--script", "{script}", "--events", "/no/such/dir/e.jsonl"], {},
      "cannot open event sink"),
     (["x", "--script", "{script}", "--profile", "root"], {}, "unknown profile 'root'"),
@@ -91,7 +92,8 @@ def test_usage_errors_exit_2_with_one_sentence(tmp_path: Path, args: list[str],
     assert "mission_started" not in result.output  # refused before any event
 
 
-def test_help_starts_fast_and_imports_no_sdk() -> None:
+def test_help_imports_no_sdk() -> None:
+    """Start-up speed itself is measured by benchmarks/bench_startup.py, not here."""
     probe = ("import sys\nfrom evalkit.cli import main\nsys.argv = ['evalkit', 'mission', "
              "'--help']\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
              "print(sorted(m for m in ('openai', 'mcp', 'jsonschema', 'yaml') "
@@ -99,12 +101,6 @@ def test_help_starts_fast_and_imports_no_sdk() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
     assert "--mission-steps" in done.stdout and done.stderr.strip() == "[]"
-    walls = []
-    for _ in range(3):
-        start = time.perf_counter()
-        subprocess.run(evalkit("--help"), capture_output=True, check=True)
-        walls.append(time.perf_counter() - start)
-    assert min(walls) < 0.5, walls
 
 
 # -- whole missions ----------------------------------------------------------------------------
@@ -141,7 +137,7 @@ def test_events_on_stdout_move_the_prose_to_stderr(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.json", ['{"answer": "hello"}'])
     result = CliRunner().invoke(
         mission_command, ["greet", "--script", str(script), "--events", "-", "--unsandboxed",
-                          "--profile", "dev"], env={"EVALKIT_RUNS": "off"})
+                          "--profile", "dev"], env={"EVALKIT_RUNS": "off", "EVALKIT_AUDIT": "off"})
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["event"] for r in records] == ["mission_started", "step_started", "answer",
@@ -149,7 +145,7 @@ def test_events_on_stdout_move_the_prose_to_stderr(tmp_path: Path) -> None:
     started = records[0]
     assert started["sandbox"] == "none" and started["profile"] == "dev"
     assert "run_id" not in started
-    assert "answer:\nhello" in result.stderr and "not enforced yet" in result.stderr
+    assert "answer:\nhello" in result.stderr and started["audit_ref"] is None
 
 
 def test_zero_events_written_exits_nonzero_with_a_reason(tmp_path: Path) -> None:
@@ -170,7 +166,8 @@ def _start_slow_mission(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
         call("run_python_code", code=SLOW_CODE), '{"answer": "never"}'])
     events = tmp_path / "events.jsonl"
     proc = subprocess.Popen(
-        evalkit("wait a while", "--script", str(script), "--events", str(events)),
+        evalkit("wait a while", "--script", str(script), "--events", str(events),
+                "--profile", "dev"),
         cwd=tmp_path, env=clean_env(EVALKIT_RUNS=str(tmp_path / "runs")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
@@ -225,7 +222,7 @@ def test_the_openai_provider_is_wired_from_flags_and_environment(tmp_path: Path)
         result = CliRunner().invoke(
             mission_command, ["ask", "--provider", "openai", "--no-stream", "--protocol",
                               "native", "--events", str(tmp_path / "e.jsonl")],
-            env={"EVALKIT_RUNS": "off", "EVALKIT_MODEL": "m-env",
+            env={"EVALKIT_RUNS": "off", "EVALKIT_AUDIT": "off", "EVALKIT_MODEL": "m-env",
                  "EVALKIT_API_BASE": server.base_url, "EVALKIT_API_KEY": "sk-local-test-key"})
         assert result.exit_code == 0, result.output
         request = server.requests[0]

@@ -109,12 +109,18 @@ def make_backend(provider: str, **options: Any) -> ModelBackend:
     if provider == "openai":
         from evalkit.runtime.backends.openai_compat import OpenAIBackend
 
-        return OpenAIBackend(
+        backend = OpenAIBackend(
             model=options["model"],
             base_url=options.get("base_url"),
             api_key=options.get("api_key"),
             stream=options.get("stream", True),
         )
+        if options.get("cassette"):  # the raw HTTP, recorded or played back by vcrpy
+            from evalkit.runtime.backends.cassette import CassetteBackend
+
+            return CassetteBackend(backend, options["cassette"],
+                                   record_mode=options.get("record_mode"))
+        return backend
     from evalkit.errors import EvalkitError
 
     raise EvalkitError(f"unknown provider {provider!r}: use openai or scripted")

@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evalkit.runtime.tools import jsonpath
+from evalkit.runtime.tools import coding, jsonpath, research
 from evalkit.runtime.tools.descriptor import ResultStore, ToolDescriptor, ToolResult
 
-#: Every built-in, in catalogue order.
+#: The default built-ins (a plane given no ``builtins`` list), in catalogue order.
 BUILTIN_NAMES: tuple[str, ...] = ("fs", "run_python_code", "run_shell_command", "mission_result")
+
+#: Built-ins offered only when a plane's ``builtins`` list names them: the mission packs'
+#: coding tools (``coding.py``) and research tool (``research.py``).
+OPT_IN_NAMES: tuple[str, ...] = coding.CODING_NAMES + research.RESEARCH_NAMES
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -89,8 +93,11 @@ MISSION_RESULT = ToolDescriptor(
     }, ["handle"]),
 )
 
+#: Every built-in by name, in catalogue order (the pack tools before ``mission_result``).
 DESCRIPTORS: dict[str, ToolDescriptor] = {
-    d.name: d for d in (FS, RUN_PYTHON_CODE, RUN_SHELL_COMMAND, MISSION_RESULT)
+    d.name: d for d in (FS, RUN_PYTHON_CODE, RUN_SHELL_COMMAND,
+                        *coding.DESCRIPTORS.values(), *research.DESCRIPTORS.values(),
+                        MISSION_RESULT)
 }
 
 

@@ -31,7 +31,8 @@ class ToolDescriptor:
     ``scopes`` are what any call needs; ``action_scopes`` adds what a call
     needs for one value of its ``action`` argument (``fs`` writes need
     ``fs.write``). Governance asks ``scopes_for(arguments)`` per call.
-    ``code`` marks a shell or interpreter on this host.
+    ``code`` marks a shell or interpreter on this host; ``network`` marks a
+    tool that needs the network (``fetch_page``), so the sandbox policy can allow it.
     """
 
     name: str
@@ -41,6 +42,7 @@ class ToolDescriptor:
     plane: str = BUILTIN_PLANE
     code: bool = False
     action_scopes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    network: bool = False
 
     def scopes_for(self, arguments: Mapping[str, Any] | None) -> tuple[str, ...]:
         """The scopes one call with these arguments needs, in declaration order."""
@@ -62,6 +64,8 @@ class ToolDescriptor:
         }
         if self.action_scopes:
             out["action_scopes"] = {k: list(v) for k, v in sorted(self.action_scopes.items())}
+        if self.network:  # only when set, so catalogues of tools without it are unchanged
+            out["network"] = True
         return out
 
 

@@ -22,7 +22,9 @@ from typing import Any, TextIO
 
 from evalkit.errors import EvalkitError
 from evalkit.runtime.tools import builtins as _builtins
+from evalkit.runtime.tools import research as _research
 from evalkit.runtime.tools.codetools import DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_TIMEOUT_S, CodeRunner
+from evalkit.runtime.tools.coding import CODING_NAMES, CodingTools
 from evalkit.runtime.tools.descriptor import BUILTIN_PLANE, ResultStore, ToolDescriptor, ToolResult
 from evalkit.runtime.tools.fsroot import fs_tool
 from evalkit.runtime.tools.mcp_client import (
@@ -58,12 +60,14 @@ class ToolPlane:
         if unknown:
             raise EvalkitError(
                 f"no such built-in tool: {', '.join(unknown)} "
-                f"(built-ins: {', '.join(_builtins.BUILTIN_NAMES)})"
+                f"(built-ins: {', '.join(_builtins.DESCRIPTORS)})"
             )
         self._builtins = [d for n, d in _builtins.DESCRIPTORS.items() if n in names]
         self._specs = parse_mcp_specs(mcp_stdio)
         self._code = CodeRunner(self.root, self.sandbox, timeout_s=timeout_s,
                                 max_output_bytes=max_output_bytes, network=network)
+        self._coding = CodingTools(self.root, self.sandbox, timeout_s=timeout_s,
+                                   max_output_bytes=max_output_bytes)
         self._hub_options: dict[str, Any] = {
             "start_timeout_s": mcp_start_timeout_s,
             "call_timeout_s": mcp_call_timeout_s,
@@ -191,6 +195,10 @@ class ToolPlane:
             return self._code.python(arguments)
         if desc.name == "run_shell_command":
             return self._code.shell(arguments)
+        if desc.name in CODING_NAMES:
+            return self._coding.dispatch(desc.name, arguments)
+        if desc.name == "fetch_page":
+            return _research.fetch_page(arguments)
         return _builtins.mission_result(self.results, arguments)
 
 

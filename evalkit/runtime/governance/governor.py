@@ -1,0 +1,358 @@
+"""The governor: every dispatch decision of one run, in one object.
+
+The loop hands it each call and gets back a ``Verdict`` — allow, deny (with
+the sentence the model reads) or gate — and then lets it carry the call out,
+which is where scopes are enforced, approvals are spent and the audit line
+is written. It also decides what the model is offered (a skill's closed set,
+widened by exactly the one tool an ``--approval`` admits) and adds the
+skill's prompt to the system turn.
+
+Built two ways: ``Governor(profile)`` for a library caller who wants only a
+profile, and ``Governor.at_door(catalogue, ...)`` which does every check a
+mission makes before its first event (closed set against the live plane,
+code tools under bwrap, gate names, the approval being usable) and refuses
+with one sentence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evalkit.errors import EvalkitError
+from evalkit.runtime.governance import profiles
+from evalkit.runtime.governance.approvals import (
+    ApprovalStore,
+    canonical,
+    new_approval_id,
+    unusable,
+)
+from evalkit.runtime.governance.audit import AuditLog, entry
+from evalkit.runtime.governance.skills import (
+    Manifest,
+    close_over,
+    live_namespaces,
+    resolve_names,
+)
+
+if TYPE_CHECKING:
+    from evalkit.runtime.cancel import CancelToken
+    from evalkit.runtime.control import ControlChannel
+    from evalkit.runtime.tools import ToolDescriptor, ToolResult
+
+#: How often a standing gate re-reads its durable record while it waits.
+_RECORD_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the governor says about one call before it is carried out."""
+
+    #: "allow", "deny" or "gate".
+    kind: str
+    scopes: tuple[str, ...]
+    reason: str
+    #: On allow: the approval this dispatch spends.
+    approval_id: str | None = None
+    #: On allow over --control: who said yes (the request goes pending -> spent).
+    decided_by: str | None = None
+    note: str | None = None
+
+    @property
+    def gated(self) -> bool:
+        return self.kind == "gate"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A standing gate: the request a person must decide."""
+
+    approval_id: str
+    tool: str
+    arguments: dict[str, Any]
+    reason: str
+    scopes: tuple[str, ...]
+    #: Whether a durable record was written (False when EVALKIT_APPROVALS is off).
+    durable: bool
+
+
+class Governor:
+    """Profile, grants, closed set, gates, one admitted approval, the audit log."""
+
+    def __init__(self, profile: str = profiles.DEFAULT_PROFILE, *, grants: Iterable[str] = (),
+                 manifest: Manifest | None = None, closed: Iterable[str] | None = None,
+                 gated: Sequence[str] = (), approval: Mapping[str, Any] | None = None,
+                 approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
+                 gate_wait: float | None = None, runs_root: Path | None = None) -> None:
+        self.profile = profiles.check_profile(profile)
+        self.grants = profiles.check_grants(grants)
+        self.manifest = manifest
+        self.closed = frozenset(closed) if closed is not None else None
+        self.approval = dict(approval) if approval is not None else None
+        self.approvals = approvals
+        self.audit = audit
+        self.gate_wait = gate_wait
+        self.runs_root = runs_root
+        admitted = self.approval["tool"] if self.approval else None
+        gates = list(dict.fromkeys(gated))
+        # A tool offered only because of the approval admits that one call; any
+        # other call to it needs a person, so it is gated for this run.
+        if admitted and self.closed is not None and admitted not in self.closed \
+                and admitted not in gates:
+            gates.append(admitted)
+        self._gated = tuple(gates)
+        self._spent = False
+        #: Named tools a running server does not list yet; they join when it does.
+        self.deferred: list[str] = []
+        self.run_id: str | None = None
+        self.objective = ""
+        self.audit_ref: str | None = None
+
+    # -- at the door -------------------------------------------------------------------------
+
+    @classmethod
+    def at_door(cls, catalogue: Sequence[ToolDescriptor], *,
+                profile: str = profiles.DEFAULT_PROFILE, grants: Iterable[str] = (),
+                manifest: Manifest | None = None, gate_tools: Sequence[str] = (),
+                approval_id: str | None = None, approvals: ApprovalStore | None = None,
+                audit: AuditLog | None = None, sandbox: str = "none",
+                gate_wait: float | None = None, runs_root: Path | None = None) -> Governor:
+        """Every check a mission makes against its live plane; refuses with one sentence."""
+        profiles.check_profile(profile)
+        grants = profiles.check_grants(grants)
+        deferred: list[str] = []
+        closed = close_over(manifest, catalogue, sandbox, deferred) \
+            if manifest is not None else None
+        names = [d.name for d in catalogue]
+        gated = resolve_names(gate_tools, names, what="--gate-tool",
+                              live=live_namespaces(catalogue), deferred=deferred) \
+            if gate_tools else []
+        record = None
+        if approval_id is not None:
+            record = cls._admit(approval_id, approvals, catalogue, profile, grants)
+        admitted = {record["tool"]} if record is not None else set()
+        outside = [g for g in gated if closed is not None and g not in closed | admitted]
+        if outside:
+            raise EvalkitError(f"--gate-tool {', '.join(outside)}: not in the skill's closed tool "
+                               "set, so it is never offered and the gate would do nothing")
+        gated = [n for n in names if n in gated] + [g for g in gated if g not in names]
+        governor = cls(profile, grants=grants, manifest=manifest, closed=closed, gated=gated,
+                       approval=record, approvals=approvals, audit=audit, gate_wait=gate_wait,
+                       runs_root=runs_root)
+        governor.deferred = list(dict.fromkeys(deferred))
+        return governor
+
+    @staticmethod
+    def _admit(approval_id: str, approvals: ApprovalStore | None,
+               catalogue: Sequence[ToolDescriptor], profile: str,
+               grants: Sequence[str]) -> dict[str, Any]:
+        if approvals is None:
+            raise EvalkitError("--approval needs the approvals folder, but EVALKIT_APPROVALS "
+                               "switches it off")
+        record = approvals.get(approval_id)
+        if record.get("state") != "approved":
+            raise EvalkitError(unusable(record))
+        tool = record.get("tool")
+        descriptor = next((d for d in catalogue if d.name == tool), None)
+        if descriptor is None:
+            raise EvalkitError(f"approval {approval_id} is for {tool}, which this run's tool "
+                               "plane does not offer (start the server that has it)")
+        lacking = profiles.missing(profile, grants,
+                                   descriptor.scopes_for(record.get("arguments") or {}))
+        if lacking:
+            raise EvalkitError(f"approval {approval_id} is for {tool}, but "
+                               f"{profiles.refusal(profile, lacking)}")
+        return record
+
+    # -- what the model is offered ---------------------------------------------------------------
+
+    @property
+    def gated(self) -> list[str]:
+        return list(self._gated)
+
+    @property
+    def granted(self) -> list[str] | None:
+        """Sorted scopes added beyond the profile; None when there are none."""
+        return sorted(self.grants) or None
+
+    def offer(self, catalogue: Sequence[ToolDescriptor]) -> list[ToolDescriptor]:
+        """The catalogue the model sees: the closed set, plus the approved tool."""
+        if self.closed is None:
+            return list(catalogue)
+        admitted = self.approval["tool"] if self.approval else None
+        return [d for d in catalogue if d.name in self.closed or d.name == admitted]
+
+    def brief(self, system_message: dict[str, Any]) -> dict[str, Any]:
+        """The system turn with the skill's prompt written into it."""
+        text = self.manifest.prompt() if self.manifest is not None else ""
+        if not text:
+            return system_message
+        return {**system_message, "content": f"{system_message.get('content') or ''}\n\n{text}"}
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def begin(self, run_id: str | None, objective: str) -> str | None:
+        """The run started: open its audit file; returns ``audit_ref`` (None = audit off)."""
+        self.run_id, self.objective = run_id, objective
+        if self.audit is not None:
+            self.audit_ref = str(self.audit.open(run_id))
+        return self.audit_ref
+
+    def end(self) -> None:
+        if self.audit is not None:
+            self.audit.close()
+
+    def judge(self, descriptor: ToolDescriptor | None, name: str,
+              arguments: Mapping[str, Any]) -> Verdict:
+        """Allow, deny or gate one call (nothing is run here)."""
+        scopes = descriptor.scopes_for(arguments) if descriptor is not None else ()
+        admitted = self.approval["tool"] if self.approval else None
+        if self.closed is not None and name not in self.closed and name != admitted:
+            skills = ", ".join(self.manifest.names) if self.manifest else "the skill"
+            return Verdict("deny", scopes, f"denied: {name} is outside the closed tool set of "
+                                           f"skill {skills}")
+        lacking = profiles.missing(self.profile, self.grants, scopes)
+        if lacking:
+            return Verdict("deny", scopes, profiles.refusal(self.profile, lacking))
+        if self._covers(name, arguments):
+            assert self.approval is not None
+            return Verdict("allow", scopes, f"approved by {self.approval.get('decided_by')} "
+                                            f"({self.approval['id']})",
+                           approval_id=self.approval["id"])
+        if name in self._gated:
+            return Verdict("gate", scopes, f"{name} is gated (--gate-tool): a person must "
+                                           "approve this call before it runs")
+        return Verdict("allow", scopes, self._holding(scopes))
+
+    def _covers(self, name: str, arguments: Mapping[str, Any]) -> bool:
+        return (self.approval is not None and not self._spent
+                and name == self.approval["tool"]
+                and canonical(arguments) == canonical(self.approval.get("arguments")))
+
+    def _holding(self, scopes: Sequence[str]) -> str:
+        if not scopes:
+            return "needs no scope"
+        return f"profile {self.profile!r} holds {', '.join(scopes)}" if self.profile != "god" \
+            else "profile 'god' holds every scope"
+
+    def request(self, verdict: Verdict, name: str, arguments: Mapping[str, Any],
+                index: int) -> Gate:
+        """Write the durable request for a gated call (when approvals are on)."""
+        approval_id = new_approval_id()
+        durable = self.approvals is not None
+        if self.approvals is not None:
+            approval_id = self.approvals.request(
+                tool=name, arguments=arguments, objective=self.objective, run_id=self.run_id,
+                runs_root=self.runs_root, index=index, reason=verdict.reason,
+                approval_id=approval_id)["id"]
+        self._write_audit(name, verdict.scopes, "denied",
+                          f"gated: approval {approval_id} requested", None, 0.0, 0, index,
+                          approval_id=approval_id)
+        return Gate(approval_id, name, dict(arguments), verdict.reason, verdict.scopes, durable)
+
+    def await_decision(self, gate: Gate, control: ControlChannel | None, token: CancelToken,
+                       deadline: float | None) -> Verdict | None:
+        """Stand at the gate for at most ``--gate-wait`` (and the run's time left).
+
+        A decision may come over ``--control`` or from ``evalkit approvals``
+        in another process. None: nobody decided in time (the run ends
+        ``awaiting_approval``). Nothing times out into a yes.
+        """
+        if not self.gate_wait or self.gate_wait <= 0 or (control is None and not gate.durable):
+            return None
+        end = time.monotonic() + self.gate_wait
+        if deadline is not None:
+            end = min(end, deadline)
+        next_read = 0.0
+        while True:
+            if control is not None:
+                decision = control.take_decision(gate.approval_id)
+                if decision is not None:
+                    return self._decided_over_control(gate, decision)
+            now = time.monotonic()
+            if gate.durable and self.approvals is not None and now >= next_read:
+                next_read = now + _RECORD_POLL_S
+                verdict = self._decided_on_file(gate)
+                if verdict is not None:
+                    return verdict
+            if now >= end:
+                return None
+            token.pause(min(0.05, max(end - now, 0.001)))
+
+    def _decided_over_control(self, gate: Gate, decision: Any) -> Verdict:
+        if decision.approve:
+            return Verdict("allow", gate.scopes, f"approved by {decision.decided_by} over "
+                                                 f"--control ({gate.approval_id})",
+                           approval_id=gate.approval_id if gate.durable else None,
+                           decided_by=decision.decided_by, note=decision.note)
+        if gate.durable and self.approvals is not None:
+            try:
+                self.approvals.refuse(gate.approval_id, decided_by=decision.decided_by,
+                                      note=decision.note, via="control")
+            except EvalkitError:
+                pass  # decided elsewhere meanwhile: the no still stands for this call
+        note = f": {decision.note}" if decision.note else ""
+        return Verdict("deny", gate.scopes, f"denied: {decision.decided_by} refused this call "
+                                            f"to {gate.tool} ({gate.approval_id}){note}")
+
+    def _decided_on_file(self, gate: Gate) -> Verdict | None:
+        assert self.approvals is not None
+        try:
+            record = self.approvals.get(gate.approval_id)
+        except EvalkitError:
+            return None
+        state = record.get("state")
+        if state == "approved":
+            return Verdict("allow", gate.scopes, f"approved by {record.get('decided_by')} "
+                                                 f"({gate.approval_id})",
+                           approval_id=gate.approval_id)
+        if state == "refused":
+            note = f": {record['note']}" if record.get("note") else ""
+            return Verdict("deny", gate.scopes, f"denied: {record.get('decided_by')} refused "
+                                                f"this call to {gate.tool} "
+                                                f"({gate.approval_id}){note}")
+        return None
+
+    def carry_out(self, plane: Any, name: str, arguments: dict[str, Any], verdict: Verdict,
+                  *, index: int) -> ToolResult:
+        """Run an allowed call (spending its approval first) or refuse a denied one; audit it."""
+        from evalkit.runtime.tools import ToolResult
+
+        if verdict.kind != "allow":
+            self._write_audit(name, verdict.scopes, "denied", verdict.reason, None, 0.0, 0, index)
+            return ToolResult.failure(verdict.reason, None)
+        if verdict.approval_id is not None and self.approvals is not None:
+            try:
+                self.approvals.spend(verdict.approval_id, run_id=self.run_id, tool=name,
+                                     arguments=arguments, decided_by=verdict.decided_by,
+                                     note=verdict.note,
+                                     via="control" if verdict.decided_by else None)
+            except EvalkitError as exc:
+                reason = f"denied: {exc.message}"
+                self._write_audit(name, verdict.scopes, "denied", reason, None, 0.0, 0, index,
+                                  approval_id=verdict.approval_id)
+                return ToolResult.failure(reason, None)
+            if self.approval is not None and verdict.approval_id == self.approval["id"]:
+                self._spent = True
+        started = time.monotonic()
+        result = plane.dispatch(name, arguments)
+        took = time.monotonic() - started
+        ran = result.exit_code is not None
+        self._write_audit(name, verdict.scopes, "allowed" if ran else "error",
+                          verdict.reason if ran else (result.error or "the dispatch failed"),
+                          result.exit_code, took, len(result.output.encode("utf-8")), index,
+                          approval_id=verdict.approval_id)
+        return result
+
+    def _write_audit(self, tool: str, scopes: Sequence[str], verdict: str, reason: str | None,
+                     exit_code: int | None, duration_s: float, bytes_out: int, index: int,
+                     approval_id: str | None = None) -> None:
+        if self.audit is None:
+            return
+        self.audit.write(entry(tool=tool, scopes=scopes, profile=self.profile, verdict=verdict,
+                               reason=reason, exit_code=exit_code, duration_s=duration_s,
+                               bytes_out=bytes_out, run_id=self.run_id, index=index,
+                               granted=self.granted, approval_id=approval_id))
