@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from evalkit import signals
 from evalkit.contract import conforms
 
 #: How many conformance problems a verdict quotes.
@@ -75,6 +76,10 @@ class RunSummary:
     grounded: bool | None = None
     verified: bool | None = None
     repairs: int | float | None = None
+    # Stagnation (evalkit.signals, the supervisor's own fold): the first signal that
+    # fired and the index of the step that completed its pattern; None when none fired.
+    stagnation: str | None = None
+    stagnation_step: int | float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -120,8 +125,10 @@ def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None 
     rejected_tools: list[str] = []
     line_numbers = iter(lines) if lines is not None else None
     count = 0
+    watch = signals.Watch()
     for record in records:
         count += 1
+        watch.feed(record)
         line = next(line_numbers) if line_numbers is not None else count
         found = conforms(record)
         if found:
@@ -166,11 +173,19 @@ def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None 
             s.profile = text(record.get("profile"))
             s.sandbox = text(record.get("sandbox"))
     s.records = count
+    s.stagnation, s.stagnation_step = first_firing(watch.firings)
     s.problems = tuple(problems)
     s.tools_called = tuple(tools_called)
     s.gate_tools = tuple(gate_tools)
     s.rejected_tools = tuple(rejected_tools)
     return s
+
+
+def first_firing(firings: list[signals.Firing]) -> tuple[str | None, int | float | None]:
+    """(signal, step) of the first stagnation signal that fired, normalised; (None, None)."""
+    if not firings:
+        return None, None
+    return text(firings[0].signal), number(firings[0].step)
 
 
 def _finish(s: RunSummary, record: Mapping[str, Any]) -> None:

@@ -22,6 +22,7 @@ KPI_NAMES: tuple[str, ...] = (
     "refusals", "reply_rejected", "staged", "gate_requested", "injected",
     "human_interventions", "grounding_ran", "grounded", "verified", "repairs",
     "answer_chars", "protocol", "profile", "sandbox", "run_id", "skipped_lines",
+    "stagnation", "stagnation_step",
 )
 
 
@@ -211,4 +212,6 @@ def kpis_of(s: RunSummary) -> dict[str, Any]:
         "sandbox": s.sandbox,
         "run_id": s.run_id,
         "skipped_lines": s.skipped,
+        "stagnation": s.stagnation,
+        "stagnation_step": s.stagnation_step,
     }

@@ -1,0 +1,322 @@
+"""Scoring at scale: RunSummary from DuckDB tables instead of a Python fold.
+
+``summarize`` folds one stream's records in Python; here one aggregate SQL
+query folds every stream of a dataset at once ("last" = highest file line,
+"first" = lowest), and the few values are then put through the very same
+normalisation functions (``text``/``number``/``flag``) into ``RunSummary``
+objects. A test holds the two producers equal field by field, so a verdict
+never depends on which path computed it.
+
+Also here: ``open_dataset`` (views over a dataset folder) and ``query``, what
+``evalkit sql`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow as pa
+
+from evalkit import signals
+from evalkit.errors import EvalkitError
+from evalkit.eval.summary import (
+    PROBLEMS_QUOTED,
+    RunSummary,
+    _finish,
+    first_firing,
+    flag,
+    number,
+    text,
+)
+from evalkit.store import dataset as ds
+from evalkit.store import ingest as ing
+
+#: Values at or past 2**53 may have lost digits in a DOUBLE column; for those
+#: runs the record itself (kept as JSON) is read again.
+_EXACT = 2.0**53
+
+_NUMBERS_FINISHED = ("steps", "max_steps", "elapsed_s", "prompt_tokens", "completion_tokens",
+                     "total_tokens", "calls", "cost")
+
+
+#: The events the stagnation fold reads (evalkit.signals), passed whole to the same Python.
+_WATCHED = "'step_started', 'tool_call', 'tool_result', 'reply_rejected'"
+
+
+def _big(columns: Iterable[str]) -> str:
+    return " OR ".join(f"coalesce(abs({c}) >= {_EXACT}, false)" for c in columns)
+
+
+SUMMARY_SQL = f"""
+SELECT r.events_path,
+    r.blank + r.torn + r.non_object AS skipped,
+    count(e.line) AS records,
+    count(e.line) FILTER (WHERE len(e.problems) > 0) AS nonconforming,
+    (list({{'line': e.line, 'problems': e.problems}} ORDER BY e.line)
+        FILTER (WHERE len(e.problems) > 0))[1:{PROBLEMS_QUOTED}] AS problems,
+    bool_or(e.event = 'mission_started') AS started,
+    arg_min({{'run_id': e.run_id, 'protocol': e.protocol, 'profile': e.profile,
+              'sandbox': e.sandbox}}, e.line) FILTER (WHERE e.event = 'mission_started') AS first_start,
+    bool_or(e.event = 'mission_finished') AS finished,
+    arg_max({{'outcome': e.outcome, 'reason': e.reason, 'steps': e.steps,
+              'max_steps': e.max_steps, 'elapsed_s': e.elapsed_s, 'budget': e.budget_which,
+              'prompt_tokens': e.prompt_tokens, 'completion_tokens': e.completion_tokens,
+              'total_tokens': e.total_tokens, 'calls': e.calls, 'cost': e.cost,
+              'exact_line': CASE WHEN {_big(f'e.{c}' for c in _NUMBERS_FINISHED)}
+                            THEN e.line END}}, e.line)
+        FILTER (WHERE e.event = 'mission_finished') AS last_finish,
+    count(e.line) FILTER (WHERE e.event = 'step_started') AS steps_started,
+    list(e.tool ORDER BY e.line) FILTER (WHERE e.event = 'tool_call') AS tools_called,
+    list(e.tool ORDER BY e.line) FILTER (WHERE e.event = 'gate_requested') AS gate_tools,
+    list(e.tool ORDER BY e.line) FILTER (WHERE e.event = 'reply_rejected' AND e.tool IS NOT NULL)
+        AS rejected_tools,
+    count(e.line) FILTER (WHERE e.event = 'reply_rejected') AS reply_rejected,
+    count(e.line) FILTER (WHERE e.event = 'tool_result' AND e.ok IS FALSE) AS refusals,
+    bool_or(e.event = 'step_started' AND e.has_plan) AS staged,
+    count(e.line) FILTER (WHERE e.event = 'step_started' AND e.injected_truthy) AS injected,
+    bool_or(e.event = 'answer') AS answered,
+    arg_max({{'text': e.text}}, e.line) FILTER (WHERE e.event = 'answer') AS last_answer,
+    count(e.line) FILTER (WHERE e.event = 'grounding') AS grounding_records,
+    bool_or(e.event = 'grounding' AND e.repairing IS NOT TRUE) AS grounding_verdict,
+    arg_max({{'ran': e.ran, 'grounded': e.grounded, 'verified': e.verified, 'repairs': e.repairs,
+              'exact_line': CASE WHEN {_big(['e.repairs'])} THEN e.line END}}, e.line)
+        FILTER (WHERE e.event = 'grounding' AND e.repairing IS NOT TRUE) AS last_verdict,
+    list(e.record ORDER BY e.line) FILTER (WHERE e.event IN ({_WATCHED})) AS watched
+FROM runs r LEFT JOIN events e ON e.events_path = r.events_path
+GROUP BY ALL
+"""
+
+
+def _summary(row: dict[str, Any], exact: dict[tuple[str, int], dict[str, Any]]) -> RunSummary:
+    """One aggregate row -> RunSummary, through summary.py's normalisation functions.
+
+    ``exact`` holds the records (by events path and line) whose numbers a DOUBLE
+    column may have rounded; those are read from the record itself.
+    """
+    s = RunSummary(source=row["events_path"], records=row["records"], skipped=row["skipped"])
+    s.nonconforming = row["nonconforming"]
+    quoted: list[str] = []
+    for item in row["problems"] or ():
+        for problem in item["problems"]:
+            if len(quoted) < PROBLEMS_QUOTED:
+                quoted.append(f"line {item['line']}: {problem}")
+    s.problems = tuple(quoted)
+    start = row["first_start"]
+    if start is not None:
+        s.started = True
+        s.run_id, s.protocol = text(start["run_id"]), text(start["protocol"])
+        s.profile, s.sandbox = text(start["profile"]), text(start["sandbox"])
+    finish = row["last_finish"]
+    if finish is not None:
+        if finish["exact_line"] is not None:
+            _finish(s, exact[(s.source, finish["exact_line"])])
+        else:
+            s.finished = True
+            s.outcome, s.reason = text(finish["outcome"]), text(finish["reason"])
+            s.budget = text(finish["budget"])
+            s.steps, s.max_steps = number(finish["steps"]), number(finish["max_steps"])
+            s.elapsed_s = number(finish["elapsed_s"])
+            s.prompt_tokens = number(finish["prompt_tokens"])
+            s.completion_tokens = number(finish["completion_tokens"])
+            s.total_tokens = number(finish["total_tokens"])
+            s.model_calls, s.cost = number(finish["calls"]), number(finish["cost"])
+    s.steps_started = row["steps_started"]
+    s.tools_called = tuple(text(t) for t in row["tools_called"] or ())
+    s.gate_tools = tuple(text(t) for t in row["gate_tools"] or ())
+    s.rejected_tools = tuple(text(t) for t in row["rejected_tools"] or ())
+    s.reply_rejected, s.refusals = row["reply_rejected"], row["refusals"]
+    s.staged = bool(row["staged"])
+    s.injected = row["injected"]
+    if row["last_answer"] is not None:
+        s.answered = True
+        s.answer = text(row["last_answer"]["text"])
+    s.grounding_records = row["grounding_records"]
+    verdict = row["last_verdict"]
+    if verdict is not None:
+        s.grounding_verdict = True
+        line = verdict["exact_line"]
+        record = exact[(s.source, line)] if line is not None else verdict
+        s.grounding_ran, s.grounded = flag(record.get("ran")), flag(record.get("grounded"))
+        s.verified, s.repairs = flag(record.get("verified")), number(record.get("repairs"))
+    s.stagnation, s.stagnation_step = first_firing(
+        signals.stagnation(orjson.loads(record) for record in row["watched"] or ()))
+    return s
+
+
+def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, RunSummary]:
+    """Run SUMMARY_SQL over the ``runs`` and ``events`` relations of ``con``."""
+    result = con.sql(SUMMARY_SQL)
+    names = [d[0] for d in result.description]
+    rows = [dict(zip(names, values, strict=True)) for values in result.fetchall()]
+    wanted = [(row["events_path"], item["exact_line"]) for row in rows
+              for item in (row["last_finish"], row["last_verdict"])
+              if item is not None and item["exact_line"] is not None]
+    exact: dict[tuple[str, int], dict[str, Any]] = {}
+    if wanted:  # rare: only runs with numbers at or past 2**53
+        con.register("exact_wanted", pa.table({"p": [p for p, _ in wanted],
+                                               "l": [line for _, line in wanted]}))
+        try:
+            for path, line, record in con.sql(
+                    "SELECT events_path, line, record FROM events JOIN exact_wanted "
+                    "ON events_path = p AND line = l").fetchall():
+                exact[(path, line)] = orjson.loads(record)
+        finally:
+            con.unregister("exact_wanted")
+    out = {}
+    for row in rows:
+        summary = _summary(row, exact)
+        out[summary.source] = summary
+    return dict(sorted(out.items()))
+
+
+# --- from a dataset ----------------------------------------------------------
+
+def _sql_path(path: Path) -> str:
+    return "'" + os.fspath(path).replace("'", "''") + "'"
+
+
+def _check_manifest(folder: Path) -> None:
+    manifest = folder / ds.MANIFEST
+    try:
+        info = orjson.loads(manifest.read_bytes())
+    except FileNotFoundError:
+        raise EvalkitError(f"{folder} is not an evalkit dataset (no {ds.MANIFEST}); "
+                           f"make one with `evalkit ingest`") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise EvalkitError(f"cannot read {manifest}: {exc}") from None
+    if not isinstance(info, dict) or info.get("format") != ds.FORMAT:
+        raise EvalkitError(f"{manifest} does not describe an evalkit dataset")
+    version = info.get("version")
+    if not isinstance(version, int) or version > ds.VERSION:
+        raise EvalkitError(f"{folder} is dataset version {version!r}; this evalkit reads up to "
+                           f"version {ds.VERSION}: upgrade evalkit or re-ingest the runs")
+
+
+def open_dataset(path: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with views runs, events, model_calls, tool_calls."""
+    folder = Path(path)
+    _check_manifest(folder)
+    con = duckdb.connect()
+    for table in ds.TABLES:
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
+                    f"{_sql_path(folder / f'{table}.parquet')})")
+    return con
+
+
+def summaries_from_dataset(dataset: Path) -> dict[str, RunSummary]:
+    """Every stream of a dataset folder, summarised; keyed by events path (relative to the root)."""
+    con = open_dataset(dataset)
+    try:
+        return _summaries(con)
+    finally:
+        con.close()
+
+
+# --- straight from JSONL -------------------------------------------------------
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def summaries_via_duckdb(root: Path, events_files: Sequence[Path], *,
+                         batch_bytes: int = ing.BATCH_BYTES) -> dict[str, RunSummary]:
+    """The same summaries straight from events files, with no Parquet written.
+
+    Files go through the ingest SQL in batches (a run never spans two), each
+    batch summarised in memory, so a large ``--runs`` folder costs bounded memory.
+    Keys are the files' paths relative to ``root`` (as given when outside it);
+    a file that cannot be read is left out.
+    """
+    root = Path(root)
+    out: dict[str, RunSummary] = {}
+    con = ing.connect()
+    try:
+        batch: list[tuple[str, str]] = []
+        size = 0
+        for path in events_files:
+            path = Path(path)
+            try:
+                content, nbytes = ing._read_text(os.fspath(path), required=True)
+            except EvalkitError:
+                continue  # left out: the caller reports it as "no stream"
+            batch.append((_relative(path, root), content))
+            size += nbytes
+            if size >= batch_bytes:
+                out.update(_summarise_batch(con, batch))
+                batch, size = [], 0
+        if batch:
+            out.update(_summarise_batch(con, batch))
+    finally:
+        con.close()
+    return dict(sorted(out.items()))
+
+
+def _summarise_batch(con: duckdb.DuckDBPyConnection,
+                     batch: list[tuple[str, str]]) -> dict[str, RunSummary]:
+    paths = [rel for rel, _ in batch]
+    events, counts = ing.events_table(con, [content for _, content in batch])
+    events = events.append_column("events_path", pa.array(paths, pa.string()).take(
+        events.column("fid")))
+    runs = pa.table({
+        "events_path": pa.array(paths, pa.string()),
+        **{kind: pa.array(counts[kind], pa.int64()) for kind in ("blank", "torn", "non_object")},
+    })
+    con.register("events", events)
+    con.register("runs", runs)
+    try:
+        return _summaries(con)
+    finally:
+        con.unregister("events")
+        con.unregister("runs")
+
+
+# --- evalkit sql -------------------------------------------------------------------
+
+def find_dataset(path: Path) -> Path | None:
+    """The dataset a path stands for: itself, or its ``dataset.parquet/`` folder."""
+    path = Path(path)
+    if (path / ds.MANIFEST).is_file():
+        return path
+    inside = path / ds.DEFAULT_NAME
+    if (inside / ds.MANIFEST).is_file():
+        return inside
+    return None
+
+
+def query(path: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run a user's SQL over a dataset, or over a runs folder ingested on the fly.
+
+    Returns (column names, rows). Any DuckDB error becomes one EvalkitError sentence.
+    """
+    path = Path(path)
+    found = find_dataset(path)
+    with tempfile.TemporaryDirectory(prefix="evalkit-dataset-") as scratch:
+        if found is None:
+            if not path.is_dir():
+                raise EvalkitError(f"no dataset and no runs at {path}")
+            result = ing.ingest(path, Path(scratch) / ds.DEFAULT_NAME)
+            print(f"evalkit: no dataset in {path}; ingested {result.runs} runs into a temporary "
+                  f"one (run `evalkit ingest {path}` to keep it)", file=sys.stderr)
+            found = result.out
+        con = open_dataset(found)
+        try:
+            relation = con.sql(sql)
+            if relation is None:
+                return [], []
+            columns = [d[0] for d in relation.description]
+            return columns, relation.fetchall()
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EvalkitError(f"query failed: {first}") from None
+        finally:
+            con.close()

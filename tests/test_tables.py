@@ -1,0 +1,148 @@
+"""The DuckDB path of scoring says exactly what the Python fold says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evalkit.contract import FIELDS, OPTIONAL
+from evalkit.errors import EvalkitError
+from evalkit.eval.tables import query, summaries_from_dataset, summaries_via_duckdb
+from evalkit.store.ingest import ingest
+from tests._runs import bare, envelope, reference, write_corpus, write_run
+
+
+def _assert_equal(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for key, summary in want.items():
+        assert got[key].as_dict() == summary.as_dict(), key
+        assert got[key] == summary, key
+
+
+def test_corpus_summaries_equal_summarize(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    files = sorted(runs.glob("*/events.jsonl"))
+    want = reference(runs, files)
+    _assert_equal(summaries_via_duckdb(runs, files), want)
+    result = ingest(runs)
+    _assert_equal(summaries_from_dataset(result.out), want)
+
+
+def test_corpus_checks_that_matter(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    got = summaries_via_duckdb(runs, sorted(runs.glob("*/events.jsonl")))
+    every = got["every_event/events.jsonl"]
+    assert every.finished and every.outcome == "budget_exhausted" and every.budget == "steps"
+    assert every.staged and every.injected == 1 and every.refusals == 1
+    assert every.rejected_tools == ("mcp.x",) and every.gate_tools == ("mcp.b",)
+    assert every.grounding_records == 2 and every.repairs == 2 and every.protocol == "native"
+    assert got["no_finish/events.jsonl"].finished is False
+    odd = got["nonconforming/events.jsonl"]
+    assert odd.nonconforming == 8 and len(odd.problems) == 3
+    assert odd.problems[0] == "line 1: unknown event 'mystery'"
+    assert got["empty/events.jsonl"].records == 0
+    assert got["blank_only/events.jsonl"].skipped == 6
+    big = got["nan_ish/events.jsonl"]
+    assert big.steps == 2**60 + 1 and big.repairs == 2**62 + 3
+    assert got["repeats/events.jsonl"].run_id == "first"
+    assert got["repeats/events.jsonl"].outcome == "answered"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+_FIELD_VALUES = {
+    "tool": st.sampled_from(["mcp.a", "mcp.b", "fs"]) | _JSON,
+    "ok": st.booleans() | _JSON, "repairing": st.booleans() | _JSON,
+    "outcome": st.sampled_from(["answered", "incomplete"]) | _JSON,
+    "usage": st.fixed_dictionaries({}, optional={
+        k: st.integers(0, 10**6) | _JSON
+        for k in ("prompt_tokens", "completion_tokens", "total_tokens", "calls", "cost")}) | _JSON,
+    "budget": st.fixed_dictionaries({"which": st.sampled_from(["steps", "seconds"]) | _JSON})
+    | _JSON,
+    "schema_version": st.sampled_from([1, 1, 1, 2, True, "1"]),
+}
+
+
+@st.composite
+def _record(draw: st.DrawFn) -> dict:
+    event = draw(st.sampled_from([*FIELDS, "unknown_event"]))
+    fields = list(FIELDS.get(event, ())) + list(OPTIONAL.get(event, ())) + ["branch"]
+    chosen = draw(st.lists(st.sampled_from(fields), unique=True)) if fields else []
+    if draw(st.integers(0, 4)):  # mostly conforming
+        chosen = list(dict.fromkeys(list(FIELDS.get(event, ())) + chosen))
+    record = {"event": event}
+    for name in chosen:
+        record[name] = draw(_FIELD_VALUES.get(name, _JSON))
+    return record
+
+
+@st.composite
+def _stream(draw: st.DrawFn) -> list[str]:
+    lines = []
+    for seq, kind in enumerate(draw(st.lists(st.integers(0, 9), max_size=12)), start=1):
+        if kind == 0:
+            lines.append(draw(st.sampled_from(["", "   ", '{"event":"to', "[1]", "NaN", "{,}"])))
+        elif kind <= 4:
+            lines.append(envelope(seq, draw(_record())))
+        else:
+            lines.append(bare(draw(_record())))
+    return lines
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(streams=st.lists(_stream(), min_size=1, max_size=6))
+def test_random_streams_equal_summarize(tmp_path_factory: pytest.TempPathFactory,
+                                        streams: list[list[str]]) -> None:
+    runs = tmp_path_factory.mktemp("runs")
+    for i, lines in enumerate(streams):
+        write_run(runs / f"r{i}", lines)
+    files = sorted(runs.glob("*/events.jsonl"))
+    want = reference(runs, files)
+    _assert_equal(summaries_via_duckdb(runs, files), want)
+    _assert_equal(summaries_from_dataset(ingest(runs).out), want)
+
+
+def test_query_over_a_dataset_and_a_runs_folder(tmp_path: Path, capsys) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    columns, rows = query(runs, "SELECT count(*) AS n FROM runs")
+    assert columns == ["n"] and rows[0][0] == len(list(runs.iterdir()))
+    assert "ingested" in capsys.readouterr().err
+    result = ingest(runs)
+    columns, rows = query(runs, "SELECT event, count(*) FROM events GROUP BY 1 ORDER BY 1")
+    assert capsys.readouterr().err == ""
+    assert ("answer",) == rows[0][:1] or any(r[0] == "answer" for r in rows)
+    assert query(result.out, "SELECT count(*) FROM tool_calls")[1][0][0] == 0
+
+
+def test_bad_sql_is_one_sentence(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "a", [bare({"event": "step_started", "index": 1})])
+    ingest(runs)
+    with pytest.raises(EvalkitError) as caught:
+        query(runs, "SELEC nonsense")
+    assert "\n" not in caught.value.message and caught.value.message.startswith("query failed")
+    with pytest.raises(EvalkitError):
+        query(runs, "SELECT no_such_column FROM events")
+
+
+def test_newer_dataset_version_is_refused(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "a", [bare({"event": "step_started", "index": 1})])
+    out = ingest(runs).out
+    manifest = json.loads((out / "dataset.json").read_text())
+    (out / "dataset.json").write_text(json.dumps({**manifest, "version": 99}))
+    with pytest.raises(EvalkitError, match="version 99"):
+        summaries_from_dataset(out)
