@@ -1,0 +1,191 @@
+"""Regrade: every recorded run under a folder, replayed under a new skill manifest.
+
+The grounding-grammar experiment at folder scale. Each run directory under
+``DIR`` is replayed (recorded model replies, recorded tool results) with the
+manifests given here, so grounding runs fresh under the new grammar; the
+replay lands under ``OUT`` at the same relative place — a run at
+``DIR/k/runs/run_x`` is replayed into the store ``OUT/k/runs/``, a run
+directory ``DIR/k`` into ``OUT/k/`` — so ``evalkit score --runs OUT`` finds
+one run per mission key exactly as it does under ``DIR``.
+
+Replays run in worker processes (``jobs``), each replaying many runs in
+process: nothing is spawned per run. Runs whose replay drifted, ran off the
+end of its recording or could not be replayed are listed in
+``OUT/regrade.json`` and handed back, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from evalkit.errors import EvalkitError
+from evalkit.store import layout
+
+REGRADE_FORMAT = "evalkit-regrade"
+REGRADE_VERSION = 1
+REPORT_FILE = "regrade.json"
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every run directory under ``root`` (events.jsonl beside meta.json), sorted."""
+    found = []
+    for here, dirs, files in os.walk(root):
+        if layout.EVENTS_FILE in files and layout.META_FILE in files:
+            found.append(Path(here))
+            dirs[:] = []  # a run directory holds no other run
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    return sorted(found)
+
+
+def destination(out: Path, rel: Path) -> Path:
+    """The store a run at ``rel`` (relative to the source folder) is replayed into."""
+    if layout.is_run_id(rel.name):
+        return out / rel.parent
+    return out / rel
+
+
+def check_skills(skills: Sequence[str]) -> None:
+    """Load the manifests once up front, so a bad one is one sentence, not N failures."""
+    if not skills:
+        return
+    try:
+        from evalkit.runtime.governance.skills import load_all
+    except ImportError:  # pragma: no cover - the governance package ships with the runtime
+        raise EvalkitError("--skill needs the skill-manifest loader "
+                           "(evalkit.runtime.governance.skills), which this install lacks") from None
+    load_all(skills)
+
+
+def replay_one(source: str, store: str, skills: Sequence[str]) -> dict[str, Any]:
+    """Replay one run into ``store`` (in this process); a row of the regrade report."""
+    from evalkit.runtime.mission import MissionSettings, launch
+    from evalkit.runtime.replay.recording import read_lines
+
+    row: dict[str, Any] = {"source": source, "replay": None, "outcome_before": None,
+                           "outcome_after": None, "drift": None, "ran_off_end": None,
+                           "error": None}
+    try:
+        meta = json.loads((Path(source) / layout.META_FILE).read_text(encoding="utf-8"))
+        row["outcome_before"] = (meta.get("meta") or {}).get("outcome")
+    except (OSError, ValueError):
+        pass
+    if row["outcome_before"] is None:
+        finished = [r for r in read_lines(Path(source) / layout.EVENTS_FILE)
+                    if (r.get("record") or r).get("event") == "mission_finished"]
+        row["outcome_before"] = (finished[-1].get("record") or finished[-1]).get("outcome") \
+            if finished else None
+    env = {**os.environ, layout.RUNS_ENV: store}
+    try:
+        launched = launch(MissionSettings(objective="", replay=source, skills=tuple(skills)),
+                          environ=env, durable=False)  # re-creatable: no fsync per line
+    except EvalkitError as exc:
+        row["error"] = exc.message
+        return row
+    except Exception as exc:  # a bug: this run's row says so, the others go on
+        row["error"] = f"internal error: {type(exc).__name__}: {exc}"
+        return row
+    outcome = launched.outcome
+    notes = launched.notes
+    row.update(replay=str(Path(store) / outcome.run_id) if outcome.run_id else None,
+               outcome_after=outcome.outcome, drift=(notes.get("drift") or {}).get("first"),
+               ran_off_end=notes.get("ran_off_end"))
+    if outcome.error:
+        row["error"] = f"the loop crashed: {outcome.reason}"
+    return row
+
+
+def _task(item: tuple[str, str, tuple[str, ...]]) -> dict[str, Any]:
+    return replay_one(*item)
+
+
+def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | None = None,
+            on_done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Replay every run under ``source`` into ``out``; writes and returns the report."""
+    source, out = Path(source), Path(out)
+    if not source.is_dir():
+        raise EvalkitError(f"{source} is not a folder of runs")
+    if out.resolve() == source.resolve() or out.resolve().is_relative_to(source.resolve()):
+        raise EvalkitError(f"--out {out} lies inside {source}: give a folder outside it")
+    if out.exists() and any(out.iterdir()):
+        raise EvalkitError(f"--out {out} is not empty: give a new or empty folder")
+    check_skills(skills)
+    runs = find_runs(source)
+    if not runs:
+        raise EvalkitError(f"no run directories under {source} (none holds events.jsonl "
+                           "beside meta.json)")
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = [(str(run), str(destination(out, run.relative_to(source))), tuple(skills))
+             for run in runs]
+    for _, store, _ in tasks:
+        Path(store).mkdir(parents=True, exist_ok=True)
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    started = time.monotonic()
+    rows = list(_fan_out(tasks, workers, on_done))
+    report = _report(source, out, skills, workers, rows, time.monotonic() - started)
+    (out / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                                   encoding="utf-8")
+    return report
+
+
+def _fan_out(tasks: list[tuple[str, str, tuple[str, ...]]], workers: int,
+             on_done: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+
+    def done(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if on_done is not None:
+            on_done(row)
+
+    if workers == 1:
+        for item in tasks:
+            done(_task(item))
+        return rows
+    # fork is cheapest (the workers start with everything imported); with other
+    # threads alive it is unsafe, and forkserver starts clean instead.
+    method = "fork" if threading.active_count() == 1 else "forkserver"
+    context = multiprocessing.get_context(method)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        futures = {pool.submit(_task, item): item for item in tasks}
+        for future in as_completed(futures):
+            try:
+                done(future.result())
+            except Exception as exc:  # a worker died: the run is listed, not lost
+                item = futures[future]
+                done({"source": item[0], "replay": None, "outcome_before": None,
+                      "outcome_after": None, "drift": None, "ran_off_end": None,
+                      "error": f"the worker replaying it failed: {type(exc).__name__}: {exc}"})
+    return rows
+
+
+def _report(source: Path, out: Path, skills: Sequence[str], jobs: int,
+            rows: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    for row in rows:
+        row["source"] = str(Path(row["source"]).relative_to(source))
+        if row["replay"]:
+            row["replay"] = str(Path(row["replay"]).relative_to(out))
+        row["outcome_changed"] = (row["error"] is None
+                                  and row["outcome_after"] != row["outcome_before"])
+    rows.sort(key=lambda r: r["source"])
+    return {
+        "format": REGRADE_FORMAT, "version": REGRADE_VERSION,
+        "source": str(source), "out": str(out), "skills": list(skills), "jobs": jobs,
+        "seconds": round(seconds, 3),
+        "totals": {
+            "runs": len(rows),
+            "replayed": sum(1 for r in rows if r["error"] is None),
+            "failed": sum(1 for r in rows if r["error"] is not None),
+            "drifted": sum(1 for r in rows if r["drift"]),
+            "ran_off_end": sum(1 for r in rows if r["ran_off_end"]),
+            "outcome_changed": sum(1 for r in rows if r["outcome_changed"]),
+        },
+        "runs": rows,
+    }
