@@ -1,0 +1,148 @@
+"""The HTML report and the HTML diff: one self-contained file each.
+
+Everything is inline (CSS, a few lines of JavaScript that make tables
+sortable, the charts as SVG): no network, no CDN, and the page reads in full
+with JavaScript off. Rendered by jinja2 with autoescaping on; the only markup
+not escaped is the SVG matplotlib drew. The output is a pure function of the
+folders read — no timestamp beyond the provenance they carry — so the same
+input gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from evalkit.errors import EvalkitError
+from evalkit.eval.diff import FIX, REGRESSION, Diff
+from evalkit.eval.suite import SPLITS, Suite, SuiteError, load_suite
+from evalkit.report import charts
+from evalkit.report.folders import Scoring
+from evalkit.report.kpis import halves
+
+#: How many rubric changes the report lists, newest first.
+RUBRIC_CHANGES_SHOWN = 10
+
+_ENV = None
+
+
+def environment():
+    """The jinja2 environment: package templates, autoescape on, undefined names are errors."""
+    global _ENV
+    if _ENV is None:
+        import jinja2
+
+        env = jinja2.Environment(
+            loader=jinja2.PackageLoader("evalkit.report", "templates"),
+            autoescape=True, undefined=jinja2.StrictUndefined,
+            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        )
+        env.filters.update(pct=pct, num=num, interval=interval, sortkey=sortkey, plain=plain)
+        _ENV = env
+    return _ENV
+
+
+def pct(value: float | None, signed: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def num(value: float | int | None, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.{digits}f}"
+
+
+def interval(value: tuple[float, float] | None, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    return f"[{pct(value[0], signed)}, {pct(value[1], signed)}]"
+
+
+def plain(value: Any) -> str:
+    """A JSON value for a person: lists joined, mappings as ``key: value``, nothing as —."""
+    if value is None or value == "" or value == [] or value == {}:
+        return "—"
+    if isinstance(value, dict):
+        shown = [f"{k}: {plain(v)}" for k, v in sorted(value.items()) if v not in (None, "", [], {})]
+        return "; ".join(shown) or "—"
+    if isinstance(value, (list, tuple)):
+        return " ".join(plain(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def sortkey(value: Any) -> str:
+    """A ``data-sort`` value: numbers as plain numbers, nothing as an empty string."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return str(value)
+
+
+def suite_for(scoring: Scoring, suite: Suite | None) -> tuple[Suite | None, str | None]:
+    """The suite the scoring was made from (for prompts and rubric changes), or why not."""
+    if suite is not None:
+        return suite, None
+    if scoring.suite_path is None:
+        return None, "give --suite to list the suite's rubric changes and prompts"
+    try:
+        return load_suite(scoring.suite_path), None
+    except SuiteError as exc:
+        return None, f"the suite at {scoring.suite_path} cannot be loaded: {exc.message}"
+
+
+def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
+    """The KPI report of a score, run or measure folder."""
+    suite, suite_note = suite_for(scoring, suite)
+    prompts = {m.key: (m.prompt, m.because) for m in suite.missions} if suite else {}
+    parts = []
+    for half in halves(scoring, prompts):
+        drawn = {"pass_rates": charts.pass_rates(half.kpis, half.name),
+                 "quality_cost": charts.quality_cost(half.kpis, half.name),
+                 "grid": charts.grid(half.missions, half.configurations, half.name)}
+        if half.paired:
+            drawn["paired"] = charts.paired(half.paired, scoring.name_of(scoring.baseline or ""),
+                                            half.name)
+        parts.append({"half": half, "charts": drawn,
+                      "show_cost": any(r.mean_cost is not None for r in half.kpis),
+                      "show_k": max((r.k or 0 for r in half.kpis), default=0),
+                      "show_infra": any(r.infra for r in half.kpis),
+                      "show_boot": any(r.bootstrap for r in half.kpis)})
+    changes = sorted(suite.rubric_changes if suite else (),
+                     key=lambda c: str(c.get("date") or ""), reverse=True)
+    return environment().get_template("report.html.j2").render(
+        scoring=scoring, halves=parts, suite=suite, suite_note=suite_note,
+        rubric_changes=changes[:RUBRIC_CHANGES_SHOWN], rubric_total=len(changes),
+        newest={c.get("key"): c for c in reversed(changes)},
+        rows=[c for c in scoring.configurations if c.question or c.delta or c.status != "ran"],
+    )
+
+
+def diff_html(diff: Diff) -> str:
+    """The flip table of a diff, per half."""
+    order = {half: i for i, half in enumerate(SPLITS)}
+    by_half: dict[str, list[Any]] = {}
+    for flip in sorted(diff.flips, key=lambda f: order.get(f.split, len(order))):
+        by_half.setdefault(flip.split, []).append(flip)
+    return environment().get_template("diff.html.j2").render(
+        diff=diff, by_half=by_half, REGRESSION=REGRESSION, FIX=FIX,
+        show_config=any(f.configuration or f.rep for f in (*diff.flips, *diff.changed)))
+
+
+def write(text: str, path: Path) -> Path:
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise EvalkitError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path

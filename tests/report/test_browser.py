@@ -1,0 +1,111 @@
+"""The report and the diff in a real browser: headless Chromium over the DevTools protocol.
+
+Chromium is Debian's ``chromium`` (``.ci/run`` installs it). The page is opened
+from a file URL; the test fails on any console error, uncaught exception or
+network request other than the page itself, checks the tables and charts are
+there (with JavaScript on and off) and that a heading click sorts a table, and
+saves full-page screenshots to ``reports/browser/`` (kept out of git) as the
+test's artifacts.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evalkit.eval.diff import compare
+from evalkit.eval.suite import load_suite
+from evalkit.report import folders as folder_reader
+from evalkit.report.html import diff_html, report_html, write
+from tests.report._browser import Browser, find_chromium
+from tests.report._folders import write_runs
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "reports" / "browser"
+CHROMIUM = find_chromium()
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Chromium is not installed here (apt-get install chromium; .ci/run installs it)")
+
+COUNT = """(() => ({
+  tables: document.querySelectorAll("table").length,
+  sortable: document.querySelectorAll("table.sortable").length,
+  charts: Array.from(document.querySelectorAll("svg.chart"))
+          .filter(s => { const r = s.getBoundingClientRect(); return r.width > 150 && r.height > 80; }).length,
+  kpiRows: document.querySelectorAll("table.kpis tbody tr").length,
+  headings: Array.from(document.querySelectorAll("h2")).map(h => h.textContent.trim()),
+}))()"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed here (apt-get install chromium; .ci/run installs it)")
+    with Browser(CHROMIUM) as b:
+        yield b
+
+
+def _open(browser: Browser, page: Path, javascript: bool = True) -> None:
+    browser.open(page.resolve().as_uri(), javascript=javascript)
+    assert browser.console_errors() == []
+    assert browser.requests() == [page.resolve().as_uri()]
+
+
+@needs_chromium
+def test_the_measure_report_renders_in_chromium_without_errors(browser, folders):
+    page = write(report_html(folder_reader.load(folders["measure"])),
+                 folders["root"] / "measure.html")
+    _open(browser, page)
+    seen = browser.evaluate(COUNT)
+    assert seen["charts"] == 8  # per half: pass rate, quality/cost, paired, grid
+    assert seen["kpiRows"] == 6  # three configurations in each of two halves
+    assert seen["sortable"] >= 7 and seen["tables"] == seen["sortable"]
+    assert seen["headings"][:3] == ["Provenance", "train half", "test half"]
+    shot = browser.screenshot(ARTIFACTS / "measure-report.png", full_page=True)
+    assert shot.stat().st_size > 20_000
+
+
+@needs_chromium
+def test_a_heading_click_sorts_the_table(browser, folders):
+    page = write(report_html(folder_reader.load(folders["measure"])),
+                 folders["root"] / "measure.html")
+    _open(browser, page)
+    first = "document.querySelector('#kpis-train tbody tr td').textContent.trim()"
+    assert browser.evaluate(first).startswith("direct")
+    tokens = ("Array.from(document.querySelectorAll('#kpis-train thead th'))"
+              ".find(th => th.textContent.trim() === 'tokens')")
+    browser.evaluate(f"{tokens}.click()")
+    browser.evaluate(f"{tokens}.click()")  # descending: the costliest row first
+    assert browser.evaluate(first) == "native"
+    assert browser.evaluate(f"{tokens}.getAttribute('aria-sort')") == "descending"
+    assert browser.console_errors() == []
+
+
+@needs_chromium
+def test_the_report_reads_with_javascript_off(browser, folders):
+    page = write(report_html(folder_reader.load(folders["run"])), folders["root"] / "run.html")
+    _open(browser, page, javascript=False)
+    # Runtime.evaluate still runs with page scripts disabled; the content is static HTML.
+    seen = browser.evaluate(COUNT)
+    assert seen["charts"] == 6 and seen["kpiRows"] == 2
+    assert browser.evaluate("document.querySelector('th').tabIndex") == -1  # no page JS ran
+    browser.screenshot(ARTIFACTS / "run-report-no-js.png", full_page=True)
+
+
+@needs_chromium
+def test_the_diff_renders_in_chromium(browser, folders, tmp_path):
+    suite = load_suite(folders["suite"])
+    shapes = {"t0": "ungrounded", "t2": "ungrounded", "h0": "fail"}
+    regrade = write_runs(tmp_path / "regrade", suite, lambda key: shapes.get(key, "pass"))
+    diff = compare(folder_reader.load(folders["run"]).side(),
+                   folder_reader.load(regrade, suite).side())
+    page = write(diff_html(diff), tmp_path / "diff.html")
+    _open(browser, page)
+    rows = browser.evaluate("document.querySelectorAll('table.flips tbody tr').length")
+    assert rows == 5
+    assert "4,218,000" in browser.evaluate("document.body.innerText")
+    shutil.copy(browser.screenshot(tmp_path / "diff.png", full_page=True),
+                ARTIFACTS / "diff.png")
