@@ -35,7 +35,7 @@ import yaml
 
 from evalkit import __version__
 from evalkit.errors import EvalkitError
-from evalkit.eval import stats
+from evalkit.eval import staging, stats
 from evalkit.eval.runner import (
     EXECUTORS,
     Agent,
@@ -258,14 +258,17 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     rows = select(configs)
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant)
+    staging.fixture_plan(suite, missions)  # refused before --out is made
+    staging.serve_spec(suite)
     out = fresh_folder(out)
     plans = _plan_rows(suite, rows, agent, out, spawn)
     said: set[str] = set()
+    env: dict[str, str] = {}  # what the suite's server (if any) adds to every agent's
 
     def jobs_of(plan: RowPlan, rep: int) -> list[Job]:
         planned, skipped = make_jobs(suite, missions, plan.agent, out / plan.row.name / f"rep{rep}",
                                      timeout_s=timeout_s, flags=plan.row.flags,
-                                     label=f"{plan.row.name}/rep{rep}/")
+                                     label=f"{plan.row.name}/rep{rep}/", env=env)
         if rep == 1:
             for key, why in skipped.items():
                 line = f"warning: {plan.row.name}: mission {key!r} is not run: {why}"
@@ -274,8 +277,9 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                     warn(line)
         return planned
 
-    with executor_session(executor, ray_address), \
+    with staging.serving(suite) as served, executor_session(executor, ray_address), \
             Progress(0, f"measure {suite.name}", enabled=progress) as shown:
+        env.update(served.env)
         run = _Runner(jobs, executor, ray_address, shown)
         _probe(plans, jobs_of, run, warn)
         rest: list[tuple[RowPlan, int, Job]] = []

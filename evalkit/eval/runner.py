@@ -37,14 +37,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from evalkit.errors import EvalkitError
-from evalkit.eval import taxonomy
+from evalkit.eval import staging, taxonomy
 from evalkit.eval.check import check_suite
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite, load_suite
@@ -155,8 +155,12 @@ class Job:
     timeout_s: float
     #: Working directory of the agent (absolute).
     cwd: str
-    #: A fixtures folder copied to ``<out>/work`` and used as the working directory.
+    #: A fixtures folder staged into ``<out>/work``, which is then the working directory.
     stage: str | None = None
+    #: Stage only this entry of the fixtures folder (the suite's ``fixture_for``).
+    stage_only: str | None = None
+    #: Environment added to the agent's (e.g. the allowed hosts of a served run).
+    env: tuple[tuple[str, str], ...] = ()
     #: Values to scrub from everything written down besides the stream.
     secrets: tuple[str, ...] = ()
     #: What progress shows, e.g. ``direct/rep2/chain-1``.
@@ -179,12 +183,14 @@ def run_mission(job: Job) -> dict[str, Any]:
     """
     out = Path(job.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    cwd = job.cwd
+    cwd, unstaged = job.cwd, None
     if job.stage is not None:
-        work = out / "work"
-        shutil.copytree(job.stage, work, dirs_exist_ok=True)
-        cwd = str(work)
-    env = {**os.environ, "EVALKIT_RUNS": str(out / "runs")}
+        cwd = str(out / "work")
+        try:
+            staging.stage(job.stage, cwd, only=job.stage_only)
+        except (EvalkitError, OSError) as exc:
+            unstaged = f"cannot stage the fixtures into {cwd}: {exc}"
+    env = {**os.environ, **dict(job.env), "EVALKIT_RUNS": str(out / "runs")}
     read_fd, write_fd = os.pipe()
     argv = command_line(job, write_fd)
     capture: dict[str, Any] = {
@@ -196,9 +202,16 @@ def run_mission(job: Job) -> dict[str, Any]:
             open(out / "stderr.txt", "wb") as stderr:
         drain = threading.Thread(target=_drain, args=(read_fd, events), daemon=True)
         try:
+            if unstaged is not None:
+                raise _Unstaged(unstaged)
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                     cwd=cwd, env=env, pass_fds=(write_fd,),
                                     start_new_session=True)
+        except _Unstaged as exc:
+            os.close(write_fd)
+            os.close(read_fd)
+            capture["spawn_error"] = str(exc)
+            stderr.write(f"evalkit run: {exc}\n".encode())
         except (OSError, ValueError) as exc:
             os.close(write_fd)
             os.close(read_fd)
@@ -236,6 +249,10 @@ def run_mission(job: Job) -> dict[str, Any]:
     (out / taxonomy.CAPTURE_FILE).write_text(
         json.dumps(capture, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return capture
+
+
+class _Unstaged(Exception):
+    """The mission's fixtures could not be staged: it is not spawned."""
 
 
 #: Process groups of the agents running now (their leaders' pids), for ``stop_all``.
@@ -560,6 +577,7 @@ def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = N
                                "it cannot be combined with a spawn line")
         return Agent(spawn=tuple(spawn))
     agents = suite.resolve("agents")
+    skill = suite.resolve("skill")
     if agents is None:
         raise EvalkitError(f"suite '{suite.name}' names no scripted agents (top-level 'agents:'); "
                            "give the agent to run after --, e.g. -- my-agent --flag")
@@ -576,14 +594,21 @@ def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = N
         extra += ["--mcp-stdio", stub_command()]
     if suite.extras.get("profile") is not None:
         extra += ["--profile", str(suite.extras["profile"])]
-    return Agent(agents=agents, variant=variant, extra=tuple(extra), skill=suite.resolve("skill"))
+    # Absolute: the agent's working directory may be a staged fixtures folder.
+    return Agent(agents=agents.resolve(), variant=variant, extra=tuple(extra),
+                 skill=skill.resolve() if skill is not None else None)
 
 
 def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path, *,
               timeout_s: float, flags: Sequence[str] = (), label: str = "",
-              ) -> tuple[list[Job], dict[str, str]]:
-    """One job per mission (folder ``out/<key>``), and the missions that cannot run, with why."""
+              env: Mapping[str, str] | None = None) -> tuple[list[Job], dict[str, str]]:
+    """One job per mission (folder ``out/<key>``), and the missions that cannot run, with why.
+
+    ``env`` is added to every agent's environment (``staging.serving`` says what a served
+    run adds). A suite with fixtures stages them per mission (``staging.fixture_plan``).
+    """
     fixtures = suite.resolve("fixtures")
+    only = staging.fixture_plan(suite, missions)
     cwd = str(Path.cwd())
     jobs: list[Job] = []
     skipped: dict[str, str] = {}
@@ -596,6 +621,7 @@ def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path
         jobs.append(Job(key=m.key, objective=m.prompt, spawn=argv, flags=(*flags, *m.flags),
                         out=str((out / m.key).resolve()), timeout_s=timeout_s, cwd=cwd,
                         stage=str(fixtures.resolve()) if fixtures is not None else None,
+                        stage_only=only.get(m.key), env=tuple(sorted((env or {}).items())),
                         secrets=agent.secrets(), label=f"{label}{m.key}"))
     return jobs, skipped
 
@@ -674,7 +700,11 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
               split: str = "all", jobs: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
               variant: str | None = None, executor: str = "local", ray_address: str | None = None,
               progress: bool = True, warn: Callable[[str], None] = lambda _: None) -> RunResult:
-    """Check, spawn every mission, score, and write the folder ``evalkit run`` promises."""
+    """Check, spawn every mission, score, and write the folder ``evalkit run`` promises.
+
+    A suite's fixtures are staged per mission and its server (``serve:``) runs for the
+    whole run — see ``evalkit.eval.staging``.
+    """
     suite = gate(suite_path)
     if timeout_s <= 0:
         raise EvalkitError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
@@ -682,34 +712,39 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
         raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant)
+    staging.fixture_plan(suite, missions)  # refused before --out is made
+    staging.serve_spec(suite)
     out = fresh_folder(out)
-    planned, skipped = make_jobs(suite, missions, agent, out, timeout_s=timeout_s)
-    for key, why in skipped.items():
-        warn(f"warning: mission {key!r} is not run: {why}")
     captures: dict[str, dict[str, Any] | None] = {}
-    with executor_session(executor, ray_address), \
-            Progress(len(planned), f"run {suite.name}", enabled=progress) as shown:
-        done = execute(planned, workers=jobs, executor=executor, progress=shown,
-                       ray_address=ray_address)
-        captures.update((job.key, capture) for job, capture in zip(planned, done, strict=True))
-        if agent.builtin and agent.skill is not None:
-            # The runtime may not honour --skill yet: it then refuses at startup (instantly),
-            # and those missions run again without the manifest, noted.
-            refused = {job.key: said for job, capture in zip(planned, done, strict=True)
-                       if (said := refusal(capture, Path(job.out))) and "--skill" in said}
-            if refused:
-                said = next(iter(refused.values()))
-                note = f"the agent refused --skill at startup ({said}); ran without the manifest"
-                warn(f"note: {note}")
-                agent = agent.with_skill(None, note)
-                again = [job for job in make_jobs(suite, missions, agent, out,
-                                                  timeout_s=timeout_s)[0] if job.key in refused]
-                for job in again:
-                    shutil.rmtree(job.out)
-                shown.add(len(again))
-                redone = execute(again, workers=jobs, executor=executor, progress=shown,
-                                 ray_address=ray_address)
-                captures.update((j.key, c) for j, c in zip(again, redone, strict=True))
+    with staging.serving(suite) as served, executor_session(executor, ray_address):
+        planned, skipped = make_jobs(suite, missions, agent, out, timeout_s=timeout_s,
+                                     env=served.env)
+        for key, why in skipped.items():
+            warn(f"warning: mission {key!r} is not run: {why}")
+        with Progress(len(planned), f"run {suite.name}", enabled=progress) as shown:
+            done = execute(planned, workers=jobs, executor=executor, progress=shown,
+                           ray_address=ray_address)
+            captures.update((job.key, c) for job, c in zip(planned, done, strict=True))
+            if agent.builtin and agent.skill is not None:
+                # The runtime may not honour --skill yet: it then refuses at startup
+                # (instantly), and those missions run again without the manifest, noted.
+                refused = {job.key: said for job, capture in zip(planned, done, strict=True)
+                           if (said := refusal(capture, Path(job.out))) and "--skill" in said}
+                if refused:
+                    said = next(iter(refused.values()))
+                    note = (f"the agent refused --skill at startup ({said}); "
+                            "ran without the manifest")
+                    warn(f"note: {note}")
+                    agent = agent.with_skill(None, note)
+                    again = [job for job in make_jobs(suite, missions, agent, out,
+                                                      timeout_s=timeout_s, env=served.env)[0]
+                             if job.key in refused]
+                    for job in again:
+                        shutil.rmtree(job.out)
+                    shown.add(len(again))
+                    redone = execute(again, workers=jobs, executor=executor, progress=shown,
+                                     ray_address=ray_address)
+                    captures.update((j.key, c) for j, c in zip(again, redone, strict=True))
     report = score_folder(suite, out, split, {m.key: captures.get(m.key) for m in missions})
     write(report, out)
     provenance = {
@@ -720,6 +755,8 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
         "executor": executor, "timeout": timeout_s, "split": split,
         "missions": [m.key for m in missions], "not_run": skipped,
         "notes": list(agent.notes)}
+    if served.url is not None:
+        provenance["served"] = served.url
     write_json(out / "run.json", provenance)
     return RunResult(out, report, provenance)
 

@@ -78,6 +78,8 @@ _FAST_MAX_NESTING = 2000
 
 # Field kinds: how a value is checked and stored.
 _STR, _STRS, _BOOL, _INT = "str", "strs", "bool", "int"
+#: A mapping of string to string (``fixture_for``: mission key -> fixture name).
+_MAP = "map"
 
 MISSION_FIELDS: dict[str, str] = {
     "key": _STR, "flag": _STR, "prompt": _STR,
@@ -96,6 +98,7 @@ SUITE_FIELDS: dict[str, str] = {
 EXTRA_FIELDS: dict[str, str] = {
     "vocabulary": _STRS, "agent_flags": _STRS, "skill": _STR, "agents": _STR,
     "plane": _STR, "profile": _STR, "fixtures": _STR, "description": _STR,
+    "fixture_for": _MAP, "serve": _STR, "serve_port": _INT,
 }
 RUBRIC_FIELDS: tuple[str, ...] = ("date", "key", "what", "why")
 
@@ -502,6 +505,18 @@ class _Builder:
             if isinstance(value, int) and not isinstance(value, bool):
                 return True, value
             self.problem(where, name, steps, f"must be an integer, not {_describe(value)}")
+        elif kind == _MAP:
+            if isinstance(value, dict):
+                ok = True
+                for key, item in value.items():
+                    if not isinstance(key, str) or not isinstance(item, str):
+                        ok = False
+                        self.problem(where, name, (*steps, str(key)),
+                                     f"entry {key!r} must map a string to a string, not "
+                                     f"{_describe(key)} to {_describe(item)}; quote it")
+                return ok, dict(value)
+            self.problem(where, name, steps,
+                         f"must be a mapping of string to string, not {_describe(value)}")
         return False, None
 
     def unknown(self, where: str, name: Any, known: list[str], steps: tuple) -> None:

@@ -28,6 +28,7 @@ FIXTURES_DIR = "fixtures"
 MANIFEST = "fixtures.json"
 #: Names under a fixtures folder that are never staged.
 NOT_STAGED = frozenset({MANIFEST, "build.py", "__pycache__", ".pytest_cache", ".ruff_cache",
+                        ".benchmarks",
                         ".mypy_cache", ".hypothesis"})
 
 #: Who makes, and when, the one commit of a staged fixture repository.
