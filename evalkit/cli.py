@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "regrade": ("evalkit.commands.replay:regrade", "Replay every run under a new skill manifest."),
     "run": ("evalkit.commands.run:run", "Spawn the agent once per mission, capture, score."),
     "measure": ("evalkit.commands.run:measure", "A suite over a configuration matrix, with stats."),
+    "record-corpus": ("evalkit.commands.corpus:record_corpus",
+                      "Regenerate recordings/ from the suites' scripted agents."),
     "report": ("evalkit.commands.report:report", "Render an HTML KPI report."),
     "diff": ("evalkit.commands.report:diff", "Which verdicts flipped between two scorings."),
 }
