@@ -122,3 +122,23 @@ def test_kpis_come_from_the_stream_and_absent_values_are_null():
     assert (k["protocol"], k["answer_chars"], k["run_id"]) == ("native", 3, "run_test-1")
     assert verdict(good_run()).kpis["tokens"] == 120
     assert verdict(good_run()).kpis["protocol"] == "json"
+
+
+def test_every_reason_names_the_check_that_wrote_it():
+    from evalkit.eval.verdict import CHECKS
+
+    gate = {"event": "gate_requested", "index": 1, "tool": "mcp.fail", "arguments": {},
+            "reason": "gated"}
+    records = [started(), step(1, plan=[{"id": "s1", "goal": "g", "rung": 1}]), gate,
+               {"event": "reply_rejected", "index": 1, "problem": "x"}, answer("six"),
+               finished("awaiting_approval")]
+    v = verdict(records, expects_tools=("mcp.add",), forbids_tools=("mcp.fail",),
+                expects_outcome="answered", expects_grounded=True,
+                answer_must_match=("5",), answer_must_not_match=("six",),
+                max_reply_rejected=0, must_not_stage=True)
+    assert v.checks == ["expects_tools", "forbids_tools", "expects_outcome", "expects_grounded",
+                        "answer_must_match", "answer_must_not_match", "max_reply_rejected",
+                        "must_not_stage"]
+    assert len(v.checks) == len(v.reasons) and set(v.checks) <= set(CHECKS)
+    assert judge(mission(), None).checks == ["missing"]
+    assert verdict([started()]).checks == ["unfinished"]

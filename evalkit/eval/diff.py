@@ -190,7 +190,9 @@ def compare(a: Side, b: Side, *, allow_mismatch: bool = False) -> Diff:
         added = [r for r in rb if r not in ra]
         flip = Flip(configuration=run[0], rep=run[1], key=run[2], flag=vb.get("flag") or "",
                     split=vb.get("split") or "", direction=direction,
-                    checks=_checks(removed + added), removed=removed, added=added)
+                    checks=_checks(removed, va) + [c for c in _checks(added, vb)
+                                                   if c not in _checks(removed, va)],
+                    removed=removed, added=added)
         if direction:
             half[direction] += 1
             if _touches_grounding(flip, va, vb):
@@ -215,8 +217,11 @@ def _infra(verdict: dict[str, Any]) -> list[str]:
     return [f"{INFRA_PREFIX}{detail}"] if detail else []
 
 
-def _checks(reasons: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(check_of(r) for r in reasons))
+def _checks(reasons: Iterable[str], verdict: dict[str, Any]) -> list[str]:
+    """The checks behind some of a verdict's reasons: its own ``checks`` when it carries
+    them (evalkit verdicts do), else read from the sentences (older or foreign reports)."""
+    own = dict(zip(verdict.get("reasons") or (), verdict.get("checks") or (), strict=False))
+    return list(dict.fromkeys(own.get(r) or check_of(r) for r in reasons))
 
 
 def _touches_grounding(flip: Flip, va: dict[str, Any], vb: dict[str, Any]) -> bool:

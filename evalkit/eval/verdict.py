@@ -37,6 +37,8 @@ class Verdict:
     needs_reader: dict[str, list[str]]
     kpis: dict[str, Any]
     source: str | None = None
+    #: The machine check behind each reason, parallel to ``reasons`` (see CHECKS).
+    checks: list[str] = field(default_factory=list)
     because: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -48,6 +50,7 @@ class Verdict:
             "passed": self.passed,
             "missing": self.missing,
             "reasons": list(self.reasons),
+            "checks": list(self.checks),
             "needs_reader": self.needs_reader,
             "kpis": self.kpis,
             "source": self.source,
@@ -65,22 +68,24 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
     """
     if summary is None:
         reason = missing or "not run"
-        return _verdict(mission, [reason], missing=True, kpis=empty_kpis(), source=source)
+        return _verdict(mission, [("missing", reason)], missing=True, kpis=empty_kpis(),
+                        source=source)
     if summary.records == 0:
-        return _verdict(mission, ["the stream is empty: the run failed"], missing=False,
-                        kpis=kpis_of(summary), source=source)
-    reasons = _stream_reasons(summary) + machine_reasons(mission, summary)
-    return _verdict(mission, reasons, missing=False, kpis=kpis_of(summary), source=source)
+        return _verdict(mission, [("empty_stream", "the stream is empty: the run failed")],
+                        missing=False, kpis=kpis_of(summary), source=source)
+    found = _stream_reasons(summary) + machine_reasons(mission, summary)
+    return _verdict(mission, found, missing=False, kpis=kpis_of(summary), source=source)
 
 
-def _verdict(mission: Mission, reasons: list[str], *, missing: bool, kpis: dict[str, Any],
-             source: str | None) -> Verdict:
+def _verdict(mission: Mission, found: list[tuple[str, str]], *, missing: bool,
+             kpis: dict[str, Any], source: str | None) -> Verdict:
     return Verdict(
         key=mission.key,
         flag=mission.flag,
         split=mission.split,
-        passed=not reasons,
-        reasons=reasons,
+        passed=not found,
+        reasons=[sentence for _, sentence in found],
+        checks=[check for check, _ in found],
         missing=missing,
         needs_reader={"must": list(mission.must), "must_not": list(mission.must_not)},
         kpis=kpis,
@@ -89,74 +94,87 @@ def _verdict(mission: Mission, reasons: list[str], *, missing: bool, kpis: dict[
     )
 
 
-def _stream_reasons(s: RunSummary) -> list[str]:
-    reasons = []
+def _stream_reasons(s: RunSummary) -> list[tuple[str, str]]:
+    found = []
     if s.nonconforming:
         quoted = "; ".join(s.problems)
         noun = "record does" if s.nonconforming == 1 else "records do"
-        reasons.append(f"{s.nonconforming} {noun} not conform to the stream contract: {quoted}")
+        found.append(("contract", f"{s.nonconforming} {noun} not conform to the stream "
+                                  f"contract: {quoted}"))
     if not s.finished:
-        reasons.append("the stream stopped without mission_finished: the run was cut off, not closed")
-    return reasons
+        found.append(("unfinished", "the stream stopped without mission_finished: "
+                                    "the run was cut off, not closed"))
+    return found
 
 
-def machine_reasons(m: Mission, s: RunSummary) -> list[str]:
-    """Every configured machine check that failed, one sentence each."""
-    reasons: list[str] = []
+#: Every check a reason can come from, as named in ``Verdict.checks``.
+CHECKS: tuple[str, ...] = (
+    "missing", "empty_stream", "contract", "unfinished", "expects_tools", "forbids_tools",
+    "expects_outcome", "expects_grounded", "answer", "answer_must_match",
+    "answer_must_not_match", "answer_pattern", "max_reply_rejected", "must_not_stage",
+)
+
+
+def machine_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
+    """(check, sentence) for every configured machine check that failed."""
+    found: list[tuple[str, str]] = []
     called = _distinct(s.tools_called)
     for tool in m.expects_tools or ():
         if tool not in called:
-            reasons.append(f"never called {tool}; it called {called!r}")
+            found.append(("expects_tools", f"never called {tool}; it called {called!r}"))
     for tool in m.forbids_tools or ():
         if tool in called:
-            reasons.append(f"reached for {tool}, which this mission forbids (and called it)")
+            found.append(("forbids_tools",
+                          f"reached for {tool}, which this mission forbids (and called it)"))
         elif tool in s.gate_tools or tool in s.rejected_tools:
-            reasons.append(f"reached for {tool}, which this mission forbids "
-                           "(named, and the call never left the loop)")
+            found.append(("forbids_tools", f"reached for {tool}, which this mission forbids "
+                                           "(named, and the call never left the loop)"))
     if m.expects_outcome is not None and s.finished:
         wanted = {m.expects_outcome}
         if m.expects_caveat_ok:
             wanted.add("answered_with_caveat")
         if s.outcome not in wanted:
             also = " (or answered_with_caveat)" if m.expects_caveat_ok else ""
-            reasons.append(f"ended {s.outcome!r}; this mission wants {m.expects_outcome}{also}")
+            found.append(("expects_outcome", f"ended {s.outcome!r}; this mission wants "
+                                             f"{m.expects_outcome}{also}"))
     if m.expects_grounded is not None:
         if not s.grounding_verdict:
-            reasons.append("no grounding verdict was recorded; "
-                           f"this mission wants grounded={m.expects_grounded}")
+            found.append(("expects_grounded", "no grounding verdict was recorded; "
+                                              f"this mission wants grounded={m.expects_grounded}"))
         elif s.grounded is not m.expects_grounded:
-            reasons.append(f"grounding says grounded={s.grounded}; "
-                           f"this mission wants {m.expects_grounded}")
-    reasons.extend(_answer_reasons(m, s))
+            found.append(("expects_grounded", f"grounding says grounded={s.grounded}; "
+                                              f"this mission wants {m.expects_grounded}"))
+    found.extend(_answer_reasons(m, s))
     if m.max_reply_rejected is not None and s.reply_rejected > m.max_reply_rejected:
         noun = "reply" if s.reply_rejected == 1 else "replies"
-        reasons.append(f"{s.reply_rejected} {noun} could not be read; "
-                       f"this mission allows {m.max_reply_rejected}")
+        found.append(("max_reply_rejected", f"{s.reply_rejected} {noun} could not be read; "
+                                            f"this mission allows {m.max_reply_rejected}"))
     if m.must_not_stage and s.staged:
-        reasons.append("the run was STAGED: a plan rode step_started")
-    return reasons
+        found.append(("must_not_stage", "the run was STAGED: a plan rode step_started"))
+    return found
 
 
-def _answer_reasons(m: Mission, s: RunSummary) -> list[str]:
+def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
     patterns = (m.answer_must_match or ()) + (m.answer_must_not_match or ())
     if not patterns:
         return []
     if not s.answered or s.answer is None:
-        return ["no answer was recorded; this mission checks the answer text"]
-    reasons = []
+        return [("answer", "no answer was recorded; this mission checks the answer text")]
+    found: list[tuple[str, str]] = []
     for pattern in m.answer_must_match or ():
-        found = _search(pattern, s.answer)
-        if isinstance(found, str):
-            reasons.append(found)
-        elif not found:
-            reasons.append(f"the answer does not match /{pattern}/")
+        hit = _search(pattern, s.answer)
+        if isinstance(hit, str):
+            found.append(("answer_pattern", hit))
+        elif not hit:
+            found.append(("answer_must_match", f"the answer does not match /{pattern}/"))
     for pattern in m.answer_must_not_match or ():
-        found = _search(pattern, s.answer)
-        if isinstance(found, str):
-            reasons.append(found)
-        elif found:
-            reasons.append(f"the answer matches /{pattern}/, which this mission forbids")
-    return reasons
+        hit = _search(pattern, s.answer)
+        if isinstance(hit, str):
+            found.append(("answer_pattern", hit))
+        elif hit:
+            found.append(("answer_must_not_match",
+                          f"the answer matches /{pattern}/, which this mission forbids"))
+    return found
 
 
 def _search(pattern: str, answer: str) -> bool | str:
