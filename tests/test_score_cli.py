@@ -179,3 +179,15 @@ def test_score_does_not_import_heavy_modules():
             " if m in sys.modules]\nprint(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_fanned_out_fold_equals_the_single_process_fold(suite_and_runs):
+    from evalkit.eval.score import locate, missions_in, summaries_python
+    from evalkit.eval.suite import load_suite
+
+    suite, runs = suite_and_runs
+    write_stream(runs / "t3" / "events.jsonl", good_run("mcp.echo"), tail="{torn")
+    located = locate(missions_in(load_suite(suite), "all"), runs, {})
+    one = summaries_python(located, workers=1)
+    two = summaries_python(located, workers=2)
+    assert one == two and len(one) == 8

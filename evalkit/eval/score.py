@@ -24,8 +24,10 @@ from evalkit.store.reader import read_events_file
 REPORT_FORMAT = "evalkit-score"
 REPORT_VERSION = 1
 ENGINES = ("auto", "python", "duckdb")
-#: Below this many runs the plain fold beats DuckDB's start-up.
-DUCKDB_FROM = 3000
+#: The plain fold (fanned out over the cores) beats DuckDB reading JSONL at every size
+#: measured (benchmarks/bench_scoring.py), so ``auto`` reads JSONL in Python; DuckDB
+#: earns its start-up when scoring from a Parquet dataset.
+DUCKDB_FROM = None
 
 
 @dataclass
@@ -141,18 +143,41 @@ def _locate_one(key: str, target: Path, label: str | None, base: Path | None) ->
     return Located(key, events, label or events.as_posix())
 
 
-def summaries_python(located: list[Located]) -> dict[str, RunSummary | str]:
-    """The plain path: read and fold each stream in this process."""
-    out: dict[str, RunSummary | str] = {}
+def summaries_python(located: list[Located], *, workers: int | None = None
+                     ) -> dict[str, RunSummary | str]:
+    """The plain path: read and fold each stream; large sets fan out over the cores."""
+    present = [loc for loc in located if loc.events is not None]
+    workers = workers if workers is not None else _workers_for(len(present))
+    if workers <= 1:
+        return dict(_summarize_many(present))
+    import multiprocessing
+
+    chunks = [present[i::workers] for i in range(workers)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        parts = pool.map(_summarize_many, chunks)
+    return {key: found for part in parts for key, found in part}
+
+
+#: Below this many runs one process is faster than starting more.
+PARALLEL_FROM = 1500
+
+
+def _workers_for(runs: int) -> int:
+    if runs < PARALLEL_FROM:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), runs // PARALLEL_FROM))
+
+
+def _summarize_many(located: list[Located]) -> list[tuple[str, RunSummary | str]]:
+    out: list[tuple[str, RunSummary | str]] = []
     for loc in located:
-        if loc.events is None:
-            continue
         try:
             read = read_events_file(loc.events)
         except EvalkitError as exc:
-            out[loc.key] = f"no stream: {exc.message}"
+            out.append((loc.key, f"no stream: {exc.message}"))
             continue
-        out[loc.key] = summarize(read.records, read.lines, source=loc.source, skipped=read.skipped)
+        out.append((loc.key, summarize(read.records, read.lines, source=loc.source,
+                                       skipped=read.skipped)))
     return out
 
 
@@ -190,7 +215,8 @@ def score(suite: Suite, *, runs: str | Path | None = None,
         where = f"under {runs_path}" if runs_path is not None else "in the --map entries"
         raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a stream {where}")
     present = sum(1 for loc in located if loc.events is not None)
-    chosen = engine if engine != "auto" else ("duckdb" if present >= DUCKDB_FROM else "python")
+    chosen = engine if engine != "auto" else (
+        "duckdb" if DUCKDB_FROM is not None and present >= DUCKDB_FROM else "python")
     found = summaries_duckdb(located) if chosen == "duckdb" else summaries_python(located)
     verdicts = []
     for m, loc in zip(missions, located, strict=True):

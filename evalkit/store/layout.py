@@ -61,11 +61,25 @@ def resolve_events(path: Path) -> Path | None:
     direct = path / EVENTS_FILE
     if direct.is_file():
         return direct
-    for pattern in (f"*/{EVENTS_FILE}", f"*/*/{EVENTS_FILE}"):
-        found = sorted(p for p in path.glob(pattern) if p.is_file())
-        if found:
-            return found[0]
+    children = _subdirs(path)
+    for child in children:  # one level down, first in sorted order
+        if (child / EVENTS_FILE).is_file():
+            return child / EVENTS_FILE
+    for child in children:  # two levels down
+        for grandchild in _subdirs(child):
+            if (grandchild / EVENTS_FILE).is_file():
+                return grandchild / EVENTS_FILE
     return None
+
+
+def _subdirs(path: Path) -> list[Path]:
+    """Sub-folders sorted by name (what sorted(glob) would give), unreadable ones skipped."""
+    try:
+        with os.scandir(path) as entries:
+            names = sorted(e.name for e in entries if e.is_dir())
+    except OSError:
+        return []
+    return [path / name for name in names]
 
 
 def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
