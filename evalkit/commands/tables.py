@@ -22,9 +22,9 @@ def ingest(folder: Path, out: Path | None) -> None:
     if not folder.is_dir():
         raise EvalkitError(f"{folder} is not a folder of run directories")
     result = ingest_runs(folder, out)
-    rate = result.bytes_read / 1e6 / result.seconds if result.seconds else 0.0
     click.echo(f"ingested {result.runs} runs, {result.events} records into {result.out} "
-               f"({result.bytes_read / 1e6:.1f} MB at {rate:.0f} MB/s)")
+               f"({result.bytes / 1e6:.1f} MB in {result.seconds:.2f} s, "
+               f"{result.mb_per_s:.0f} MB/s)")
 
 
 @click.command()
