@@ -150,3 +150,21 @@ def test_run_dir_at_root_and_custom_out(tmp_path: Path) -> None:
     (row,) = _rows(result.out, "runs")
     assert (row["run"], row["events_path"]) == (".", "events.jsonl")
     assert result.bytes == (tmp_path / "one" / "events.jsonl").stat().st_size
+
+
+def test_worker_processes_give_the_same_tables_as_one_process(tmp_path):
+    import pyarrow.parquet as pq
+
+    from evalkit.store.ingest import ingest
+    from tests._stream_builders import good_run, write_stream
+
+    runs = tmp_path / "runs"
+    for i in range(7):
+        write_stream(runs / f"m{i}" / "events.jsonl", good_run(), tail="{torn" if i == 3 else "")
+    one = ingest(runs, tmp_path / "one", workers=1)
+    two = ingest(runs, tmp_path / "two", workers=2)
+    assert (one.runs, one.events) == (two.runs, two.events) == (7, 49)
+    for table in ("runs", "events", "model_calls", "tool_calls"):
+        a = pq.read_table(tmp_path / "one" / f"{table}.parquet")
+        b = pq.read_table(tmp_path / "two" / f"{table}.parquet")
+        assert a.to_pylist() == b.to_pylist(), table

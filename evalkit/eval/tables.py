@@ -204,6 +204,7 @@ def open_dataset(path: Path) -> duckdb.DuckDBPyConnection:
     folder = Path(path)
     _check_manifest(folder)
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     for table in ds.TABLES:
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
                     f"{_sql_path(folder / f'{table}.parquet')})")

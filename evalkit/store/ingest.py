@@ -573,6 +573,7 @@ def _runs_table(con: duckdb.DuckDBPyConnection, events: pa.Table, batch: _Batch,
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the JSON macros the ingest SQL uses."""
     con = duckdb.connect(config={"threads": threads} if threads else {})
+    con.execute("SET enable_progress_bar = false")
     con.execute(_MACROS)
     return con
 
@@ -625,13 +626,20 @@ def _replace(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)
 
 
+#: Runs a worker process must have before ingest fans out (start-up is not free).
+RUNS_PER_WORKER = 2000
+
+
 def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
-           batch_bytes: int = BATCH_BYTES) -> IngestResult:
+           batch_bytes: int = BATCH_BYTES, workers: int | None = None) -> IngestResult:
     """Turn every run directory under ``root`` into a Parquet dataset folder at ``out``.
 
     Default ``out`` is ``root/dataset.parquet``. Re-ingesting the same runs
     gives the same dataset (no timestamps inside), written to a temporary
-    folder and renamed into place.
+    folder and renamed into place. Large sets are split into contiguous
+    shares converted by worker processes (DuckDB keeps one core busy per
+    query here) and merged in order, so the rows come out as one process
+    would write them.
     """
     started = time.perf_counter()
     root = Path(root)
@@ -643,27 +651,14 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    n_runs = n_events = n_bytes = 0
+    if workers is None:
+        workers = max(1, min(len(os.sched_getaffinity(0)), len(dirs) // RUNS_PER_WORKER))
     try:
-        con = connect(threads)
-        writers = _Writers(tmp)
-        try:
-            # Parquet encoding runs beside the next batch's SQL (both release the GIL).
-            with ThreadPoolExecutor(max_workers=1) as writer:
-                pending: list[Future[None]] = []
-                for batch in _batches(root, dirs, batch_bytes):
-                    events, tables = _ingest_batch(con, batch)
-                    n_events += events
-                    n_runs += len(batch.runs)
-                    n_bytes += batch.nbytes
-                    for done in pending:
-                        done.result()
-                    pending = [writer.submit(writers.write, n, t) for n, t in tables]
-                for done in pending:
-                    done.result()
-        finally:
-            writers.close()
-            con.close()
+        if workers <= 1:
+            n_runs, n_events, n_bytes = _ingest_into(root, dirs, tmp, threads, batch_bytes)
+        else:
+            n_runs, n_events, n_bytes = _ingest_parallel(root, dirs, tmp, threads, batch_bytes,
+                                                         workers)
         manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
                     "tables": {name: f"{name}.parquet" for name in ds.TABLES}}
@@ -674,6 +669,63 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         raise
     return IngestResult(out=out, runs=n_runs, events=n_events, bytes=n_bytes,
                         seconds=time.perf_counter() - started)
+
+
+def _ingest_into(root: Path, dirs: list[Path], folder: Path, threads: int | None,
+                 batch_bytes: int) -> tuple[int, int, int]:
+    """Convert ``dirs`` into the tables of ``folder``: (runs, events, bytes read)."""
+    n_runs = n_events = n_bytes = 0
+    con = connect(threads)
+    writers = _Writers(folder)
+    try:
+        # Parquet encoding runs beside the next batch's SQL (both release the GIL).
+        with ThreadPoolExecutor(max_workers=1) as writer:
+            pending: list[Future[None]] = []
+            for batch in _batches(root, dirs, batch_bytes):
+                events, tables = _ingest_batch(con, batch)
+                n_events += events
+                n_runs += len(batch.runs)
+                n_bytes += batch.nbytes
+                for done in pending:
+                    done.result()
+                pending = [writer.submit(writers.write, n, t) for n, t in tables]
+            for done in pending:
+                done.result()
+    finally:
+        writers.close()
+        con.close()
+    return n_runs, n_events, n_bytes
+
+
+def _ingest_share(args: tuple[Path, list[Path], Path, int | None, int]) -> tuple[int, int, int]:
+    return _ingest_into(*args)
+
+
+def _ingest_parallel(root: Path, dirs: list[Path], folder: Path, threads: int | None,
+                     batch_bytes: int, workers: int) -> tuple[int, int, int]:
+    """Contiguous shares in worker processes, then their tables appended in order."""
+    import multiprocessing
+
+    size = -(-len(dirs) // workers)
+    parts = [folder / f".part-{i}" for i in range(workers)]
+    for part in parts:
+        part.mkdir()
+    shares = [(root, dirs[i * size:(i + 1) * size], parts[i], 1, batch_bytes)
+              for i in range(workers)]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        counts = pool.map(_ingest_share, shares)
+    writers = _Writers(folder)
+    try:
+        for part in parts:
+            for name in ds.SCHEMAS:
+                for batch in pq.ParquetFile(part / f"{name}.parquet").iter_batches(
+                        batch_size=64 * 1024):
+                    writers.write(name, pa.Table.from_batches([batch]))
+    finally:
+        writers.close()
+        for part in parts:
+            shutil.rmtree(part, ignore_errors=True)
+    return tuple(sum(c[i] for c in counts) for i in range(3))  # type: ignore[return-value]
 
 
 _EVENTS_SQL = _events_sql()
