@@ -186,7 +186,7 @@ def _take_lock(path: Path, run_id: str) -> int:
     return fd
 
 
-def _replace_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
+def replace_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """Write ``data`` to a temp file beside ``path``, fsync, rename over it, fsync the dir."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -298,7 +298,7 @@ class RunWriter:
             meta = dict(self._meta, updated_at=now, last_seq=self._seq)
             meta["meta"] = {**self._meta["meta"], **scrubbed}
             try:
-                _replace_atomically(self.path / layout.META_FILE, encode_line(meta),
+                replace_atomically(self.path / layout.META_FILE, encode_line(meta),
                                     fsync=self._durable)
             except OSError as exc:
                 raise EvalkitError(

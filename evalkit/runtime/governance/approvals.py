@@ -27,7 +27,6 @@ import json
 import os
 import re
 import secrets
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.redact import redact_obj
 from evalkit.runtime.governance.audit import beside_runs
-from evalkit.store.runstore import now_iso
+from evalkit.store.runstore import now_iso, replace_atomically
 
 APPROVALS_ENV = "EVALKIT_APPROVALS"
 DEFAULT_APPROVALS_ROOT = Path(".evalkit") / "approvals"
@@ -70,25 +69,6 @@ def canonical(arguments: Any) -> str:
     """How two calls' arguments are compared: redacted, then canonical JSON."""
     return json.dumps(redact_obj(arguments), sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | _CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class ApprovalStore:
@@ -157,7 +137,7 @@ class ApprovalStore:
         clean = redact_obj(record)
         text = json.dumps(clean, ensure_ascii=False, indent=2, sort_keys=False) + "\n"
         try:
-            _write_atomically(self.path_of(clean["id"]), text.encode("utf-8"))
+            replace_atomically(self.path_of(clean["id"]), text.encode("utf-8"))
         except OSError as exc:
             raise EvalkitError(f"cannot write approval {clean['id']}: {exc.strerror or exc}"
                                ) from None

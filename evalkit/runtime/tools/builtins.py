@@ -13,7 +13,12 @@ import json
 from typing import Any
 
 from evalkit.runtime.tools import coding, jsonpath, research
-from evalkit.runtime.tools.descriptor import ResultStore, ToolDescriptor, ToolResult
+from evalkit.runtime.tools.descriptor import (
+    ResultStore,
+    ToolDescriptor,
+    ToolResult,
+    object_schema,
+)
 
 #: The default built-ins (a plane given no ``builtins`` list), in catalogue order.
 BUILTIN_NAMES: tuple[str, ...] = ("fs", "run_python_code", "run_shell_command", "mission_result")
@@ -23,15 +28,6 @@ BUILTIN_NAMES: tuple[str, ...] = ("fs", "run_python_code", "run_shell_command", 
 OPT_IN_NAMES: tuple[str, ...] = coding.CODING_NAMES + research.RESEARCH_NAMES
 
 
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
 FS = ToolDescriptor(
     name="fs",
     description=(
@@ -39,7 +35,7 @@ FS = ToolDescriptor(
         "directory). Paths are relative to the root; absolute paths, '..' out of the root and "
         "symlinks leading out are refused."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "action": {"type": "string", "enum": ["read", "list", "write"],
                    "description": "read a file, list a directory, or write a file"},
         "path": {"type": "string", "description": "relative to the mission root; default '.'"},
@@ -55,7 +51,7 @@ RUN_PYTHON_CODE = ToolDescriptor(
         "Run a Python program in the mission root and return its stdout, stderr and exit code. "
         "Print what you want to see."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "code": {"type": "string", "description": "the whole program"},
     }, ["code"]),
     scopes=("python.exec",),
@@ -68,7 +64,7 @@ RUN_SHELL_COMMAND = ToolDescriptor(
         "Run one shell command line (bash) in the mission root and return its stdout, stderr "
         "and exit code."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "command": {"type": "string", "description": "the command line"},
     }, ["command"]),
     scopes=("shell.exec",),
@@ -82,7 +78,7 @@ MISSION_RESULT = ToolDescriptor(
         "such as 'rows.3.name' or '$.rows[3].name' picks one value of a JSON result; offset and "
         "length pick a slice of the text. Use it to read past a truncated result."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "handle": {"type": "string", "pattern": "^r[1-9][0-9]*$",
                    "description": "the handle a truncated result named"},
         "path": {"type": "string", "description": "a JSON path into the result (optional)"},

@@ -44,7 +44,7 @@ from evalkit.runtime.tools.codetools import (
     run_process,
     tool_environment,
 )
-from evalkit.runtime.tools.descriptor import ToolDescriptor, ToolResult
+from evalkit.runtime.tools.descriptor import ToolDescriptor, ToolResult, object_schema
 from evalkit.runtime.tools.fsroot import PathRefused, resolve_in_root
 from evalkit.runtime.tools.sandbox import NoSandbox, Sandbox
 
@@ -71,15 +71,6 @@ PLUGINS_ENV = "EVALKIT_VERIFY_PLUGINS"
 MAX_DIFF_CHARS = 20_000
 
 
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
 _EDIT = {
     "type": "object",
     "properties": {
@@ -100,7 +91,7 @@ REPO_MAP = ToolDescriptor(
         "functions, module constants) and line numbers. Paths are relative to the repository "
         "root (the mission root)."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "path": {"type": "string", "description": "a directory or file to map; default '.'"},
         "max_files": {"type": "integer", "minimum": 1, "maximum": MAX_MAP_FILES,
                       "description": f"most files to list (default {DEFAULT_MAP_FILES})"},
@@ -116,7 +107,7 @@ PATCH = ToolDescriptor(
         "creates a new file. Give one edit as path/old/new, or several as 'edits' (applied in "
         "order, all or nothing). Paths outside the repository root are refused."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "path": _EDIT["properties"]["path"],
         "old": _EDIT["properties"]["old"],
         "new": _EDIT["properties"]["new"],
@@ -133,7 +124,7 @@ VERIFY = ToolDescriptor(
         "how many passed, failed, errored and were skipped; pytest's own summary line is the "
         "last line of the output. Fails when any test fails."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "paths": {"type": "array", "items": {"type": "string"},
                   "description": "test files or directories to run (default: all)"},
         "keyword": {"type": "string", "description": "only tests matching this -k expression"},
@@ -150,7 +141,7 @@ GIT = ToolDescriptor(
         "or 'log' (default the last 20 commits; args such as --oneline, -n 5, -p, a path). "
         "Read-only: any other action is refused."
     ),
-    parameters=_schema({
+    parameters=object_schema({
         "action": {"type": "string", "description": "status, diff or log"},
         "args": {"type": "array", "items": {"type": "string"},
                  "description": "extra read-only arguments (optional)"},

@@ -181,3 +181,13 @@ class ResultStore:
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
+
+
+def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments: these properties, no others."""
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
