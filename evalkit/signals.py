@@ -131,15 +131,25 @@ class Watch:
             return None
         event = record.get("event")
         if event == "step_started":
+            return self.feed_parts(event, index=record.get("index"), review=record.get("review"))
+        if event == "tool_result":
+            return self.feed_parts(event, result=fingerprint(record))
+        return self.feed_parts(event)
+
+    def feed_parts(self, event: Any, *, index: Any = None, review: Any = None,
+                   result: str | None = None) -> Firing | None:
+        """``feed`` for a main-line record already reduced to what the fold reads:
+        its event, a step's index and review, a tool result's fingerprint (any
+        string that is equal exactly when the call and result are)."""
+        if event == "step_started":
             fired = None
             if self.open is not None:
                 fired = self.boundary()
-                review = record.get("review")
                 if isinstance(review, Mapping):
                     self.apply_review(review)
                 elif fired is not None:
                     self.settle(fired.signal)
-            self.open = Step(index=record.get("index"))
+            self.open = Step(index=index)
             return fired
         step = self.open
         if step is None:
@@ -147,7 +157,7 @@ class Watch:
         if event == "tool_call":
             step.calls += 1
         elif event == "tool_result":
-            step.results.append(fingerprint(record))
+            step.results.append(result if result is not None else "")
         elif event == "reply_rejected":
             step.rejected += 1
         return None

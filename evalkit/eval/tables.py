@@ -46,8 +46,11 @@ _NUMBERS_FINISHED = ("steps", "max_steps", "elapsed_s", "prompt_tokens", "comple
                      "total_tokens", "calls", "cost")
 
 
-#: The events the stagnation fold reads (evalkit.signals), passed whole to the same Python.
+#: The events the stagnation fold reads (evalkit.signals). Each reaches the same Python
+#: fold reduced to what it reads; a tool result travels as a fingerprint of its JSON
+#: text (equal exactly when the call and result are written the same), not whole.
 _WATCHED = "'step_started', 'tool_call', 'tool_result', 'reply_rejected'"
+_FINGERPRINTED = "['$.tool', '$.arguments', '$.ok', '$.exit_code', '$.output', '$.error']"
 
 
 def _big(columns: Iterable[str]) -> str:
@@ -88,7 +91,16 @@ SELECT r.events_path,
     arg_max({{'ran': e.ran, 'grounded': e.grounded, 'verified': e.verified, 'repairs': e.repairs,
               'exact_line': CASE WHEN {_big(['e.repairs'])} THEN e.line END}}, e.line)
         FILTER (WHERE e.event = 'grounding' AND e.repairing IS NOT TRUE) AS last_verdict,
-    list(e.record ORDER BY e.line) FILTER (WHERE e.event IN ({_WATCHED})) AS watched
+    list({{'event': e.event,
+           'index': CASE WHEN e.event = 'step_started'
+                         THEN json_extract(e.record, '$.index')::VARCHAR END,
+           'review': CASE WHEN e.event = 'step_started'
+                          THEN json_extract(e.record, '$.review')::VARCHAR END,
+           'result': CASE WHEN e.event = 'tool_result' THEN md5(list_transform(
+                json_extract(e.record, {_FINGERPRINTED}),
+                lambda x: coalesce(x::VARCHAR, 'null'))::VARCHAR) END}} ORDER BY e.line)
+        FILTER (WHERE e.event IN ({_WATCHED}) AND coalesce(e.branch, 'direct') = 'direct')
+        AS watched
 FROM runs r LEFT JOIN events e ON e.events_path = r.events_path
 GROUP BY ALL
 """
@@ -145,9 +157,20 @@ def _summary(row: dict[str, Any], exact: dict[tuple[str, int], dict[str, Any]]) 
         record = exact[(s.source, line)] if line is not None else verdict
         s.grounding_ran, s.grounded = flag(record.get("ran")), flag(record.get("grounded"))
         s.verified, s.repairs = flag(record.get("verified")), number(record.get("repairs"))
-    s.stagnation, s.stagnation_step = first_firing(
-        signals.stagnation(orjson.loads(record) for record in row["watched"] or ()))
+    s.stagnation, s.stagnation_step = first_firing(_stagnation(row["watched"] or ()))
     return s
+
+
+def _stagnation(watched: Iterable[dict[str, Any]]) -> list[signals.Firing]:
+    watch = signals.Watch()
+    for item in watched:
+        watch.feed_parts(item["event"], result=item["result"],
+                         index=_json(item["index"]), review=_json(item["review"]))
+    return watch.firings
+
+
+def _json(value: str | None) -> Any:
+    return None if value is None else orjson.loads(value)
 
 
 def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, RunSummary]:
