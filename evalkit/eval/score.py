@@ -232,10 +232,12 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     from evalkit.eval import tables
 
     by_path = tables.summaries_from_dataset(dataset)
-    paths = sorted(by_path)
+    under: dict[str, list[str]] = {}  # mission key -> the events paths below it
+    for path in by_path:
+        under.setdefault(path.split("/", 1)[0], []).append(path)
     verdicts = []
     for m in missions:
-        rel = resolve_relative(m.key, paths)
+        rel = resolve_relative(m.key, under.get(m.key, ()))
         if rel is None:
             verdicts.append(judge(m, None, missing="not run"))
         else:
