@@ -30,7 +30,6 @@ _MEANING = {f["flag"]: f["meaning"] for f in CLI_FLAGS}
 #: Parameter name -> flag, for the flags accepted now and refused until their issue lands.
 NOT_YET = {
     "mcp_url": "--mcp-url",
-    "swarm": "--swarm", "swarm_parallel": "--swarm-parallel",
 }
 
 
@@ -126,5 +125,7 @@ def _settings(objective: tuple[str, ...], flags: dict[str, Any]) -> Any:
         skills=tuple(flags["skill"]), grants=tuple(flags["grant"]),
         gate_tools=tuple(flags["gate_tool"]), approval=flags["approval"],
         gate_wait=flags["gate_wait"], control=flags["control"],
-        supervisor=not flags["no_supervisor"], replay=flags["replay"], resume=flags["resume"],
+        supervisor=not flags["no_supervisor"], swarm=flags["swarm"],
+        swarm_parallel=1 if flags["swarm_parallel"] is None else flags["swarm_parallel"],
+        replay=flags["replay"], resume=flags["resume"],
         tools=flags["tools"], cassette=flags["cassette"], record_mode=flags["record_mode"])

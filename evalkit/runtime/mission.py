@@ -56,6 +56,10 @@ class MissionSettings:
     control: str | None = None
     #: The stuck-loop supervisor (``--no-supervisor`` switches it off).
     supervisor: bool = True
+    #: Staged decomposition (``--swarm``): see ``evalkit.runtime.swarm``.
+    swarm: bool = False
+    #: Independent swarm steps run at once (``--swarm-parallel``); 1 = one after another.
+    swarm_parallel: int = 1
     #: Replay this recorded run (a run id or a run directory): see ``evalkit.runtime.replay``.
     replay: str | None = None
     #: Continue this unfinished run (a run id or a run directory): see ``evalkit.runtime.resume``.
@@ -115,6 +119,13 @@ def check(settings: MissionSettings) -> None:
     if settings.profile is not None and settings.profile not in PROFILES:
         raise EvalkitError(f"unknown profile {settings.profile!r}: use one of "
                            f"{', '.join(PROFILES)}")
+    if settings.swarm_parallel < 1:
+        raise EvalkitError("--swarm-parallel must be 1 or more")
+    if settings.swarm_parallel > 1 and not settings.swarm:
+        raise EvalkitError("--swarm-parallel runs swarm steps at once: give --swarm too")
+    if settings.swarm_parallel > 1 and settings.cassette:
+        raise EvalkitError("--cassette plays HTTP exchanges back in the order they were "
+                           "recorded: run swarm steps one at a time (--swarm-parallel 1)")
     if settings.sandbox is not None and settings.sandbox not in SANDBOXES:
         raise EvalkitError(f"EVALKIT_SANDBOX={settings.sandbox!r} is not bwrap or none")
     _check_governance(settings)
@@ -166,6 +177,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
 
     settings = door.settings
     check(settings)
+    if settings.swarm and door.resume is not None:
+        _check_swarm_resume(door.resume)
     env = {**env, **door.env}
     root = store.root if store is not None else None
     if store is not None:
@@ -209,13 +222,14 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
             if governor.deferred and notice is not None:
                 notice(f"note: {', '.join(governor.deferred)} not offered by the running "
                        "server(s) yet; admitted if registered mid-run")
-            run = Run(model, plane, bounds=Bounds(steps=settings.steps, seconds=settings.seconds,
-                                          supervisor=settings.supervisor),
-                      store=store, sink=sink, protocol=settings.protocol, observer=observer,
-                      results=results, meta={"flags": settings.recorded_flags(), **door.meta},
-                      sandbox=sandbox_name, cancel_token=token, governor=governor,
-                      control=control, resume=door.resume, closing_meta=door.closing,
-                      grounding=_grammar(manifest))
+            kind, staging = (Run, {}) if not settings.swarm else _swarm(settings)
+            run = kind(model, plane, bounds=Bounds(steps=settings.steps, seconds=settings.seconds,
+                                           supervisor=settings.supervisor),
+                       store=store, sink=sink, protocol=settings.protocol, observer=observer,
+                       results=results, meta={"flags": settings.recorded_flags(), **door.meta},
+                       sandbox=sandbox_name, cancel_token=token, governor=governor,
+                       control=control, resume=door.resume, closing_meta=door.closing,
+                       grounding=_grammar(manifest), **staging)
             if control is not None:
                 control.start(on_cancel=token.cancel)
             outcome = run.run(settings.objective)
@@ -231,6 +245,21 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     return Launched(outcome=outcome, sink_errors=sink.errors if sink else 0,
                     recorded=store is not None,
                     notes=door.closing() if door.closing is not None else {})
+
+
+def _swarm(settings: MissionSettings) -> tuple[type[Run], dict[str, Any]]:
+    """``SwarmRun`` and its options (imported here: a direct mission never pays for it)."""
+    from evalkit.runtime.swarm import SwarmRun
+
+    return SwarmRun, {"parallel": settings.swarm_parallel}
+
+
+def _check_swarm_resume(point: Any) -> None:
+    """A staged run is not resumed: its lanes' conversations cannot be rebuilt from the log."""
+    if any(r.get("event") == "step_started" and "plan" in r for r in point.history):
+        raise EvalkitError(f"run {point.writer.run_id} was staged by --swarm (a plan rode "
+                           "step_started): a staged run is not resumed; replay it or start "
+                           "the mission again")
 
 
 def builtins_for(manifest: Any) -> list[str]:

@@ -10,10 +10,19 @@ SIGTERM all still close the stream. The loop never parses a reply itself — a
 ``Protocol`` turns replies into calls, answers and rejections — and never
 retries a model call itself — ``waits`` does, surfacing waits as
 ``model_state``.
+
+A run has one *main line* and, under ``--swarm`` (``evalkit.runtime.swarm``),
+branches: ``branch_off`` gives a lane over the same parts — model, plane,
+governor, results, recording, stream, usage, clock and step counter — with
+its own conversation, whose records carry ``branch``. Step indexes come from
+the run's one ``StepCounter``, taken and announced under its lock, so the
+stream stays one sequence whose ``step_started`` indexes only increase.
 """
 
 from __future__ import annotations
 
+import copy
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -95,6 +104,47 @@ class _Finish(Exception):
         self.outcome, self.reason, self.budget, self.answer = outcome, reason, budget, answer
 
 
+class StepCounter:
+    """The run's step counter, shared by its branches: an index is taken under ``lock``."""
+
+    def __init__(self, taken: int = 0) -> None:
+        #: Steps started so far (the next step's index).
+        self.taken = taken
+        self.lock = threading.Lock()
+
+
+class _Outlet:
+    """Where every record of one run leaves; its branches share it.
+
+    Under one lock: the emitter (run store, then sink), the watchers that
+    must see every record (the supervisor, the grounding evidence, a swarm's
+    step log) and the observer. Once ``sealed`` (``mission_finished`` is
+    out) nothing more leaves: a straggling branch cannot write past the end.
+    """
+
+    def __init__(self, emitter: Any, watchers: list[Any], observer: Observer | None) -> None:
+        self.emitter, self.watchers, self.observer = emitter, watchers, observer
+        self.sealed = False
+        self._lock = threading.Lock()
+
+    def emit(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            if self.sealed:
+                return
+            emitted = self.emitter.emit(record)
+            self.see(emitted)
+            if self.observer is not None:
+                try:
+                    self.observer(emitted)
+                except Exception:  # a broken console never fails the mission
+                    pass
+
+    def see(self, record: dict[str, Any]) -> None:
+        for watcher in self.watchers:
+            if watcher is not None:
+                watcher.see(record)
+
+
 class Run:
     """One mission: ``Run(model, plane, bounds=..., store=..., sink=...).run(objective)``.
 
@@ -130,6 +180,11 @@ class Run:
         self.resume = resume
         #: Extra meta written when the run closes (a replay's ``drift``).
         self.closing_meta = closing_meta
+        #: The ``branch`` every record of this lane carries (None: the records carry none).
+        self.branch: str | None = None
+        #: The main line takes injections, re-lists the plane and answers the mission; a
+        #: branch lane (``branch_off``) does none of these.
+        self._main = True
 
     def cancel(self) -> None:
         """Wind the run up at its next boundary (safe from any thread)."""
@@ -142,7 +197,8 @@ class Run:
         from evalkit.store.emitter import Emitter
 
         self._t0 = time.monotonic()
-        self._steps, self._usage, self._started = 0, UsageLedger(), False
+        self._counter, self._usage, self._started = StepCounter(), UsageLedger(), False
+        self._usage_lock = threading.Lock()
         self._catalogue: list[dict[str, Any]] = []
         self._supervisor, self._grounding = _watchers(self.bounds.supervisor, self.grounding)
         self._stuck = False
@@ -152,10 +208,11 @@ class Run:
         else:
             self._writer = self.store.create(self._meta(objective)) if self.store else None
         self._emitter = Emitter(self.sink, self._writer)
+        self._outlet = _Outlet(self._emitter, [self._supervisor, self._grounding], self.observer)
         finish, error = _Finish("incomplete"), None
         try:
             self._start(objective)
-            self._loop()
+            self._work(objective)
         except _Finish as done:
             finish = done
         except (Cancelled, KeyboardInterrupt):
@@ -168,9 +225,38 @@ class Run:
             elapsed = self._close(objective, finish)
         return RunOutcome(
             answer=finish.answer, outcome=finish.outcome,
-            run_id=self._writer.run_id if self._writer else None, steps=self._steps,
+            run_id=self._writer.run_id if self._writer else None, steps=self._counter.taken,
             usage=self._usage.totals(), reason=finish.reason, budget=finish.budget,
             elapsed_s=elapsed, records=self._emitter.emitted, error=error)
+
+    def _work(self, objective: str) -> None:
+        """What runs between ``mission_started`` and the end: the loop (a swarm stages it)."""
+        self._loop()
+
+    def branch_off(self, branch: str, messages: list[dict[str, Any]], *,
+                   token: CancelToken | None = None) -> Run:
+        """A lane of this run that works one branch of it (a swarm's plan step).
+
+        It shares every run-wide part by reference — plane, governor, results,
+        bounds, protocol, recording, stream and its watchers, usage, clock and
+        step counter — and the model (through ``for_branch``: a backend that
+        keeps branches apart, such as a replay, serves this branch its own
+        recorded turns). Its own: the conversation ``messages``, ``branch`` on
+        every record, and ``token`` (a lane on another thread gets a view of
+        the run's). It has no supervisor and no grounding gate of its own (its
+        records still reach the run's), hears the control channel only for
+        gate decisions (no injected turns, no ``cancel_step``), never re-lists
+        the plane, and its answer is not the mission's: ``_loop`` ends with
+        ``_Finish("answered", answer=...)`` without writing an ``answer`` record.
+        """
+        lane = copy.copy(self)
+        lane.branch, lane._main = branch, False
+        lane.model = for_branch(self.model, branch)
+        lane.token = token or self.token
+        lane._messages = list(messages)
+        lane._supervisor = lane._grounding = None
+        lane._stuck, lane._next_step = False, {}
+        return lane
 
     def _meta(self, objective: str) -> dict[str, Any]:
         return {"objective": objective, "protocol": self.protocol.name,
@@ -196,11 +282,9 @@ class Run:
     def _continue(self, point: ResumePoint) -> None:
         """A resumed run: the conversation, steps and usage so far, as recorded."""
         self._messages += point.messages
-        self._steps, self._usage, self._started = point.steps, point.usage, True
+        self._counter.taken, self._usage, self._started = point.steps, point.usage, True
         for record in point.history:
-            for watcher in (self._supervisor, self._grounding):
-                if watcher is not None:
-                    watcher.see(record)
+            self._outlet.see(record)
         with self.token.shield():
             self._next_step.update(point.begin(self._catalogue))
 
@@ -220,23 +304,21 @@ class Run:
         while True:
             self.token.check()
             self._check_clock()
-            if self.bounds.steps and self._steps >= self.bounds.steps:
-                raise _Finish("budget_exhausted", budget={
-                    "which": "steps", "limit": self.bounds.steps, "spent": self._steps})
-            changed = self._refresh() if self._steps else None
-            review = self._supervise(self._steps) if self._steps else None
-            index, self._steps = self._steps, self._steps + 1
-            step: dict[str, Any] = {"event": "step_started", "index": index, **self._next_step}
+            self._check_steps()
+            taken = self._counter.taken
+            changed = self._refresh() if taken and self._main else None
+            review = self._supervise(taken) if taken else None
+            step: dict[str, Any] = dict(self._next_step)
             self._next_step = {}
             if changed is not None:
                 step["catalogue"] = changed
-            injected = self._take_control()
+            injected = self._take_control() if self._main else []
             if review is not None:
                 step["review"] = review.record()
                 injected = injected + (review.injected or [])
             if injected:
                 step["injected"] = injected
-            self._emit(step)
+            index = self._open_step(step)
             reply = self._ask(index)
             items = self.protocol.read(reply, self._names())
             self._messages.append(self.protocol.assistant_message(reply, items))
@@ -254,7 +336,7 @@ class Run:
                 else:
                     self.token.check()
                     self._check_clock()
-                    if self.control is not None and self.control.step_cancelled():
+                    if self._main and self.control is not None and self.control.step_cancelled():
                         skipped = Rejection(control_words.SKIPPED_CALL.format(tool=item.tool),
                                             tool=item.tool, id=item.id)
                         self._emit(_with({"event": "reply_rejected", "index": index,
@@ -275,9 +357,11 @@ class Run:
         a repair turn follows); an answer that stays ungrounded is kept with
         its caveat appended (``answered_with_caveat``).
         """
+        if not self._main:  # a branch's reply settles the branch; the mission answers later
+            raise _Finish("answered", answer=item.text)
         text, outcome = item.text, "answered"
         if self._grounding is not None:
-            room = (not self.bounds.steps or self._steps < self.bounds.steps) \
+            room = (not self.bounds.steps or self._counter.taken < self.bounds.steps) \
                 and _can_ask_again(self.model)
             judged = self._grounding.judge(item.text, self._catalogue,
                                            can_repair=room and not self._stuck)
@@ -310,6 +394,24 @@ class Run:
         injected = self.control.injections()
         self._messages += [{"role": "user", "content": text} for text in injected]
         return injected
+
+    def _open_step(self, fields: dict[str, Any]) -> int:
+        """Take the next step index and write its ``step_started``, under the counter's lock.
+
+        The step ceiling is checked again here: parallel branches reach it together.
+        """
+        with self._counter.lock:
+            self._check_steps()
+            index = self._counter.taken
+            self._counter.taken = index + 1
+            self._emit({"event": "step_started", "index": index, **fields})
+        return index
+
+    def _check_steps(self) -> None:
+        taken = self._counter.taken
+        if self.bounds.steps and taken >= self.bounds.steps:
+            raise _Finish("budget_exhausted", budget={
+                "which": "steps", "limit": self.bounds.steps, "spent": taken})
 
     def _check_clock(self) -> None:
         spent = time.monotonic() - self._t0
@@ -355,8 +457,9 @@ class Run:
     def _complete(self, index: int, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None, kind: str) -> Reply:
         """One model call, waited out, metered and recorded (failed calls too)."""
-        request = {"messages": messages, "extra": {
-            **self.model.describe(), "protocol": self.protocol.name, "tools": tools}}
+        request = {"messages": messages, "extra": _with({
+            **self.model.describe(), "protocol": self.protocol.name, "tools": tools},
+            branch=self.branch)}
         deadline = None if self.bounds.seconds is None else self._t0 + self.bounds.seconds
 
         def state(name: str, detail: str | None, since_s: float, retry: float | None) -> None:
@@ -376,7 +479,8 @@ class Run:
         except Exception as exc:
             self._record_call(kind, request, {"error": f"{type(exc).__name__}: {exc}"})
             raise _CallFailed(f"the model call failed: {type(exc).__name__}: {exc}") from None
-        self._usage.add(reply.usage)
+        with self._usage_lock:
+            self._usage.add(reply.usage)
         self._record_call(kind, request, reply.as_record())
         return reply
 
@@ -436,7 +540,7 @@ class Run:
             if not self._started:
                 self._emit_started(objective)
             finished = _with({"event": "mission_finished", "outcome": finish.outcome,
-                              "steps": self._steps, "max_steps": self.bounds.steps,
+                              "steps": self._counter.taken, "max_steps": self.bounds.steps,
                               "usage": self._usage.totals(), "elapsed_s": elapsed},
                              reason=finish.reason, budget=finish.budget)
             try:
@@ -448,27 +552,23 @@ class Run:
                     self.sink.write(redact_obj(finished))
                 raise
         finally:
+            self._outlet.sealed = True
             self.governor.end()
             if self._writer is not None:
                 try:
                     extra = self.closing_meta() if self.closing_meta is not None else {}
                     self._writer.update_meta(outcome=finish.outcome, reason=finish.reason,
-                                             steps=self._steps, elapsed_s=elapsed, **extra)
+                                             steps=self._counter.taken, elapsed_s=elapsed,
+                                             **extra)
                 finally:
                     self._writer.close()
         return elapsed
 
     def _emit(self, record: dict[str, Any]) -> None:
+        if self.branch is not None:
+            record.setdefault("branch", self.branch)
         with self.token.shield():
-            emitted = self._emitter.emit(record)
-        for watcher in (self._supervisor, self._grounding):
-            if watcher is not None:
-                watcher.see(emitted)
-        if self.observer is not None:
-            try:
-                self.observer(emitted)
-            except Exception:  # a broken console never fails the mission
-                pass
+            self._outlet.emit(record)
 
     def _names(self) -> list[str]:
         return [tool["name"] for tool in self._catalogue]
@@ -486,6 +586,16 @@ def _watchers(supervised: bool, grammar: Grammar | None) -> tuple[Any, Any]:
 
         grounding = GroundingGate(grammar)
     return supervisor, grounding
+
+
+def for_branch(model: ModelBackend, branch: str) -> ModelBackend:
+    """The backend a branch lane talks to: ``model.for_branch(branch)`` where it has one.
+
+    A backend that keeps branches apart (a replay serves each branch its own
+    recorded turns) offers ``for_branch``; any other is shared as it is.
+    """
+    view = getattr(model, "for_branch", None)
+    return view(branch) if callable(view) else model
 
 
 def _can_ask_again(model: Any) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ class ScriptedBackend:
         self.model = model
         self._replies = [_reply_of(item, n) for n, item in enumerate(replies, start=1)]
         self._served = 0
+        self._lock = threading.Lock()  # parallel swarm steps ask from several threads
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedBackend:
@@ -65,10 +67,11 @@ class ScriptedBackend:
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                  *, kind: str) -> Reply:
-        if self._served >= len(self._replies):
-            raise ScriptExhausted(self._served)
-        reply = copy.deepcopy(self._replies[self._served])
-        self._served += 1
+        with self._lock:
+            if self._served >= len(self._replies):
+                raise ScriptExhausted(self._served)
+            reply = copy.deepcopy(self._replies[self._served])
+            self._served += 1
         return reply
 
 

@@ -3,8 +3,10 @@
 ``ReplayBackend`` is an ordinary ``ModelBackend``: the loop asks it exactly
 as it asks a live endpoint. Replies come out of ``model.jsonl`` in call
 order, counted per call kind (a loop turn is served the next recorded loop
-turn, a side call the next recorded side call), so two identical prompts in
-one run get the first reply and then the second — never one twice. Before
+turn, a side call the next recorded side call) and, in a swarm recording,
+per branch (each plan step's lane gets its own turns back, whatever order
+parallel lanes ask in), so two identical prompts in one run get the first
+reply and then the second — never one twice. Before
 serving call n the live request is compared with the recorded one and the
 first difference is kept (``drift``); it is never refused.
 
@@ -19,6 +21,8 @@ to a live (or scripted) backend: a counterfactual from the same prefix.
 from __future__ import annotations
 
 import copy
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 from evalkit.runtime.backends import ModelBackend, Reply, ScriptExhausted
@@ -47,7 +51,15 @@ class ReplayedFailure(ScriptExhausted):
 
 
 class ReplayBackend:
-    """Serves ``model.jsonl`` by ordinal; never opens a connection."""
+    """Serves ``model.jsonl`` by ordinal; never opens a connection.
+
+    Calls are counted per kind and, for a swarm recording, per branch: a
+    recorded call whose ``request.extra.branch`` names a branch is served to
+    that branch's lane (``for_branch``), so steps that ran in parallel get
+    their own turns back whatever order the replay's threads ask in. A
+    branch the recording never named is served the kind's next unserved
+    call in call order — how every recording without branches replays.
+    """
 
     provider = "replay"
 
@@ -55,10 +67,18 @@ class ReplayBackend:
                  source: str | None = None) -> None:
         self.model = model or "recording"
         self.source = source
+        #: Per kind, the recorded calls in call order.
         self._queues: dict[str, list[dict[str, Any]]] = {}
+        #: Per (kind, branch), the positions of that branch's calls in ``_queues[kind]``.
+        self._branches: dict[tuple[str, str | None], list[int]] = {}
         for line in calls:
-            self._queues.setdefault(str(line.get("kind") or "mission"), []).append(line)
-        self._next: dict[str, int] = {}
+            kind = str(line.get("kind") or "mission")
+            lines = self._queues.setdefault(kind, [])
+            self._branches.setdefault((kind, _branch_of(line)), []).append(len(lines))
+            lines.append(line)
+        self._served: dict[str, set[int]] = {}
+        self._next: dict[Any, int] = {}
+        self._lock = threading.Lock()
         self._cache = MessageCache()
         self.asked = 0
         self.served = 0
@@ -67,31 +87,47 @@ class ReplayBackend:
 
     @property
     def recorded(self) -> int:
-        return sum(len(q) for q in self._queues.values())
+        return sum(len(lines) for lines in self._queues.values())
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.provider, "model": self.model, "replay_of": self.source}
 
-    def remaining(self, kind: str = "mission") -> int:
-        """Recorded calls of ``kind`` not served yet."""
-        return len(self._queues.get(kind, ())) - self._next.get(kind, 0)
+    def for_branch(self, branch: str) -> _RecordedBranch:
+        """The backend a branch lane of the run talks to (see ``evalkit.runtime.run.for_branch``)."""
+        return _RecordedBranch(self, branch)
+
+    def remaining(self, kind: str = "mission", branch: str | None = None) -> int:
+        """Recorded calls of ``kind`` (for ``branch``) not served yet."""
+        with self._lock:
+            served = self._served.get(kind, set())
+            return sum(1 for at in self._positions(kind, branch)[1] if at not in served)
 
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                  *, kind: str) -> Reply:
-        self.asked += 1
-        queue = self._queues.get(kind, [])
-        at = self._next.get(kind, 0)
-        if at >= len(queue):
-            exhausted = RecordingExhausted(self.asked, kind, len(queue))
-            if kind == "mission":  # a side call that cannot be served does not end the run
-                self.ran_off = exhausted
-            raise exhausted
-        self._next[kind] = at + 1
-        line = queue[at]
-        if self.first is None:
-            self.first = first_difference(line, self._cache.forms(messages), tools,
-                                          call=self.asked, kind=kind)
-        self.served += 1
+        return self.serve(messages, tools, kind=kind, branch=None)
+
+    def serve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              *, kind: str, branch: str | None) -> Reply:
+        """The next recorded reply of ``kind`` for ``branch``; drift noted on the way."""
+        with self._lock:
+            self.asked += 1
+            key, positions = self._positions(kind, branch)
+            served = self._served.setdefault(kind, set())
+            at = self._next.get(key, 0)
+            while at < len(positions) and positions[at] in served:
+                at += 1
+            if at >= len(positions):
+                exhausted = RecordingExhausted(self.asked, kind, len(positions))
+                if kind == "mission":  # a side call that cannot be served does not end the run
+                    self.ran_off = exhausted
+                raise exhausted
+            self._next[key] = at + 1
+            served.add(positions[at])
+            line = self._queues[kind][positions[at]]
+            if self.first is None:
+                self.first = first_difference(line, self._cache.forms(messages), tools,
+                                              call=self.asked, kind=kind)
+            self.served += 1
         reply = line.get("reply") if isinstance(line.get("reply"), dict) else {}
         if "error" in reply:
             raise ReplayedFailure(str(reply["error"]))
@@ -100,10 +136,51 @@ class ReplayBackend:
                      usage=copy.deepcopy(reply.get("usage")),
                      extras=copy.deepcopy(reply.get("extras") or {}))
 
+    def _positions(self, kind: str, branch: str | None) -> tuple[Any, Sequence[int]]:
+        """The queue a call of ``kind`` from ``branch`` is served from, and its key."""
+        positions = self._branches.get((kind, branch))
+        if positions is not None:
+            return (kind, branch), positions
+        return kind, range(len(self._queues.get(kind, ())))
+
     def drift(self) -> dict[str, Any]:
         """``meta.drift``: the first difference (or None) and the counts."""
         return {"first": self.first, "calls": self.asked, "served": self.served,
                 "recorded": self.recorded}
+
+
+class _BranchView:
+    """One branch lane's window on a replaying backend: the calls it makes name the branch."""
+
+    def __init__(self, backend: ReplayBackend | ForkBackend, branch: str) -> None:
+        self.backend, self.branch = backend, branch
+        self.provider, self.model = backend.provider, backend.model
+
+    def describe(self) -> dict[str, Any]:
+        return self.backend.describe()
+
+    def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                 *, kind: str) -> Reply:
+        return self.backend.serve(messages, tools, kind=kind, branch=self.branch)
+
+
+class _RecordedBranch(_BranchView):
+    """A branch's window on a ``ReplayBackend``, which also knows what is left of it."""
+
+    def __init__(self, backend: ReplayBackend, branch: str) -> None:
+        super().__init__(backend, branch)
+        self.recording = backend
+
+    def remaining(self, kind: str = "mission") -> int:
+        return self.recording.remaining(kind, self.branch)
+
+
+def _branch_of(line: dict[str, Any]) -> str | None:
+    """The branch a recorded call was made for (``request.extra.branch``), or None."""
+    request = line.get("request") if isinstance(line.get("request"), dict) else {}
+    extra = request.get("extra") if isinstance(request.get("extra"), dict) else {}
+    branch = extra.get("branch")
+    return branch if isinstance(branch, str) else None
 
 
 class ForkBackend:
@@ -115,22 +192,35 @@ class ForkBackend:
         self.turns = 0
         #: The 1-based model call from which the live backend answered (None: not yet).
         self.forked_at: int | None = None
+        self._lock = threading.Lock()
 
     def describe(self) -> dict[str, Any]:
         return self.live.describe()
 
+    def for_branch(self, branch: str) -> _BranchView:
+        """A branch lane's window: recorded turns of that branch until the fork, then live."""
+        return _BranchView(self, branch)
+
     def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                  *, kind: str) -> Reply:
-        if kind == "mission":
-            self.turns += 1
-        if self.forked_at is None and kind == "mission" and self.turns > self.live_from:
-            self.forked_at = self.recorded.asked + 1
-        if self.forked_at is None:
+        return self.serve(messages, tools, kind=kind, branch=None)
+
+    def serve(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+              *, kind: str, branch: str | None) -> Reply:
+        with self._lock:
+            if kind == "mission":
+                self.turns += 1
+            if self.forked_at is None and kind == "mission" and self.turns > self.live_from:
+                self.forked_at = self.recorded.asked + 1
+            forked = self.forked_at is not None
+        if not forked:
             try:
-                return self.recorded.complete(messages, tools, kind=kind)
+                return self.recorded.serve(messages, tools, kind=kind, branch=branch)
             except RecordingExhausted:  # the prefix is shorter than asked: go live here
-                self.recorded.ran_off = None
-                self.forked_at = self.recorded.asked
+                with self._lock:
+                    self.recorded.ran_off = None
+                    if self.forked_at is None:
+                        self.forked_at = self.recorded.asked
         return self.live.complete(messages, tools, kind=kind)
 
 
