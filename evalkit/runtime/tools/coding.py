@@ -178,7 +178,8 @@ class CodingTools:
     # -- verify ---------------------------------------------------------------
 
     def verify(self, arguments: dict[str, Any]) -> ToolResult:
-        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no"]
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
+                "--tb=short"]  # short tracebacks: no object addresses, stable recordings
         if not has_pytest_config(self.root):
             # No configuration of its own: do not let pytest find one above the root.
             argv += ["-c", os.devnull, "--rootdir", str(self.root)]
