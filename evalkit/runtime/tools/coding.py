@@ -198,8 +198,10 @@ class CodingTools:
                 return ToolResult.failure(f"no such test path: {path!r}")
             argv.append(os.path.relpath(target, self.root))
         env = tool_environment()
+        # The host's pytest settings must not change what verify prints: CI and
+        # BUILD_NUMBER make pytest stop truncating its summary lines.
         for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PY_COLORS", "FORCE_COLOR",
-                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+                     "PYTEST_DISABLE_PLUGIN_AUTOLOAD", "CI", "BUILD_NUMBER"):
             env.pop(name, None)
         env["PYTHONDONTWRITEBYTECODE"] = "1"  # leave the working tree as the agent left it
         plugins = os.environ.get(PLUGINS_ENV, "").strip()
