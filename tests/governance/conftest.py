@@ -9,7 +9,6 @@ the test's tmp directory — and returns everything the run left behind.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -26,30 +25,10 @@ from evalkit.runtime.governance import ApprovalStore, AuditLog, Governor, Manife
 from evalkit.runtime.tools import Bwrap, NoSandbox, ResultStore, ToolPlane
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
-
-STUB = f"{sys.executable} -m evalkit.planes.stub"
+from tests._agent import STUB, answer, call, read_jsonl, write_script  # noqa: F401 (re-exported)
 
 needs_bwrap = pytest.mark.skipif(not Bwrap.available(),
                                  reason="bubblewrap (bwrap) is not installed")
-
-
-def call(tool: str, **arguments: Any) -> str:
-    return json.dumps({"tool": tool, "arguments": arguments})
-
-
-def answer(text: str) -> str:
-    return json.dumps({"answer": text})
-
-
-def write_script(path: Path, items: Sequence[Any]) -> Path:
-    path.write_text(json.dumps(list(items)), encoding="utf-8")
-    return path
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 @dataclass

@@ -21,18 +21,11 @@ from evalkit.runtime import Bounds, Run, ScriptedBackend
 from evalkit.runtime.tools import NoSandbox, ResultStore, ToolPlane
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
+from tests._agent import answer, call  # noqa: F401 (re-exported)
 from tests.runtime.conftest import STUB, Mission, check_recording, read_jsonl
 
 #: The stub's identifiers (asset.7f3a …) and a plain figure shape.
 ASSET_IDS = r"\basset\.[0-9a-f]{4}\b"
-
-
-def call(tool: str, **arguments: Any) -> str:
-    return json.dumps({"tool": tool, "arguments": arguments})
-
-
-def answer(text: str) -> str:
-    return json.dumps({"answer": text})
 
 
 def review(verdict: str, note: str | None = None) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,25 +21,10 @@ import pytest
 from evalkit.contract import conforms
 from evalkit.runtime.mission import Launched, MissionSettings, launch
 from evalkit.store.reader import read_stream
+from tests._agent import STUB, answer, call, read_jsonl  # noqa: F401 (re-exported)
 
-STUB = f"{sys.executable} -m evalkit.planes.stub"
 #: Fields that name or time a run rather than say what happened in it.
 ID_FIELDS = ("run_id", "elapsed_s", "audit_ref", "approval_id")
-
-
-def call(tool: str, **arguments: Any) -> str:
-    """A json-protocol reply calling one tool."""
-    return json.dumps({"tool": tool, "arguments": arguments})
-
-
-def answer(text: str) -> str:
-    return json.dumps({"answer": text})
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def without_ids(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ the recording holding every model and tool call.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +24,7 @@ from evalkit.runtime.tools import NoSandbox, ResultStore, ToolPlane
 from evalkit.store.reader import read_stream
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
-
-STUB = f"{sys.executable} -m evalkit.planes.stub"
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+from tests._agent import STUB, read_jsonl  # noqa: F401 (re-exported)
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,18 +33,10 @@ from evalkit.runtime.tools import NoSandbox, ResultStore, ToolPlane
 from evalkit.store.reader import read_stream
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
+from tests._agent import STUB, answer, call, read_jsonl  # noqa: F401 (re-exported)
 
-STUB = f"{sys.executable} -m evalkit.planes.stub"
 SKILL = Path(__file__).resolve().parents[2] / "suites" / "stub" / "SKILL.md"
 REVENUE = "What was the Q3 2024 revenue in EUR?"
-
-
-def call(tool: str, **arguments: Any) -> str:
-    return json.dumps({"tool": tool, "arguments": arguments})
-
-
-def answer(text: str) -> str:
-    return json.dumps({"answer": text})
 
 
 def route(word: str) -> str:
@@ -76,12 +67,6 @@ SYNTHESIS = answer("Q3 2024 revenue was EUR 4,218,578.0: 12,481 units (asset.7f3
 DIRECT = [call("mcp.read_asset", asset_id="asset.7f3a"),
           call("mcp.read_asset", asset_id="asset.19c2"),
           call("mcp.multiply", a=12481, b=338.0), SYNTHESIS]
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 @dataclass
