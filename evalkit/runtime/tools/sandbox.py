@@ -82,6 +82,7 @@ class Bwrap:
             "--ro-bind", "/", "/",
             # /tmp first: a mission root under /tmp must be bound over the fresh tmpfs.
             "--tmpfs", "/tmp",
+            *_interpreter_binds(),
             "--dev", "/dev",
             "--proc", "/proc",
             "--bind", mission_root, mission_root,
@@ -105,3 +106,17 @@ class Bwrap:
             ]
         return [sys.executable, "-c", _RLIMIT_SHIM, str(self.cpu_seconds),
                 str(self.memory_bytes), str(self.processes)]
+
+
+def _interpreter_binds() -> list[str]:
+    """Read-only binds for this interpreter when it lives under /tmp (a venv made
+    there): the private tmpfs would otherwise hide the program the tools run."""
+    import os
+    import sys
+
+    binds: list[str] = []
+    for path in dict.fromkeys(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix,
+                                                            os.path.dirname(sys.executable))):
+        if (path == "/tmp" or path.startswith("/tmp/")) and os.path.isdir(path):
+            binds += ["--ro-bind", path, path]
+    return binds
