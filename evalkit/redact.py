@@ -29,6 +29,13 @@ CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNOREC
 #: Shorter values are ignored: redacting "abc" everywhere would wreck the text.
 MIN_SECRET_LEN = 6
 
+#: Texts at least this long are remembered once scrubbed: a mission's model log
+#: repeats the whole conversation at every call, so the same long texts (the
+#: prompt, earlier tool results) come back again and again.
+_MEMO_MIN_LEN = 128
+_MEMO_MAX_LEN = 1 << 20
+_MEMO_MAX_CHARS = 16 << 20  # what the memo may hold before it starts over
+
 # How the pattern stays fast: every top-level alternative starts with a plain
 # literal character, so the regex engine can skip ahead to candidate characters
 # instead of trying each branch at every position. The "no word character
@@ -119,44 +126,63 @@ class Redactor:
                  environ: Mapping[str, str] | None = None) -> None:
         self._extra = tuple(v for v in extra_values if isinstance(v, str) and _usable(v))
         self._environ = environ
-        # (environment snapshot, pattern, literal secrets), replaced as one tuple
-        # so a thread never sees a pattern paired with another snapshot's literals.
-        self._state: tuple[dict[Any, Any] | None, re.Pattern[str], tuple[str, ...]] = (
-            None, _compile(self._extra), self._extra)
+        # (environment snapshot, scrubber), replaced as one tuple so a thread
+        # never sees a pattern paired with another snapshot's literals.
+        self._state: tuple[dict[Any, Any] | None, _Scrubber] = (None, _Scrubber(self._extra))
 
-    def _current(self) -> tuple[re.Pattern[str], tuple[str, ...]]:
+    def _current(self) -> _Scrubber:
         environ = os.environ if self._environ is None else self._environ
         raw = _raw_environ(environ)
-        snapshot, pattern, literals = self._state
+        snapshot, scrubber = self._state
         if snapshot is None or raw != snapshot:
             secrets = [v for k, v in environ.items() if CREDENTIAL_NAME.search(k) and _usable(v)]
-            literals = tuple(dict.fromkeys((*self._extra, *secrets)))
-            pattern = _compile(literals)
-            self._state = (dict(raw), pattern, literals)
-        return pattern, literals
+            scrubber = _Scrubber(tuple(dict.fromkeys((*self._extra, *secrets))))
+            self._state = (dict(raw), scrubber)
+        return scrubber
 
     def redact(self, text: str) -> str:
         """The text with every credential replaced by ``[REDACTED]``."""
-        return self._redact(text, *self._current())
+        return self._current().scrub(text)
 
     def redact_obj(self, obj: Any) -> Any:
         """A deep copy of a JSON-like object with every string scrubbed; keys kept."""
-        pattern, literals = self._current()
-        return self._walk(obj, pattern, literals)
+        return self._current().walk(obj)
 
-    def _walk(self, obj: Any, pattern: re.Pattern[str], literals: tuple[str, ...]) -> Any:
+
+class _Scrubber:
+    """The pattern for one set of literal secrets, and a memo of long texts it scrubbed."""
+
+    def __init__(self, literals: tuple[str, ...]) -> None:
+        self.literals = literals
+        self.pattern = _compile(literals)
+        self._memo: dict[str, str] = {}
+        self._memo_chars = 0
+
+    def walk(self, obj: Any) -> Any:
         if isinstance(obj, str):
-            return self._redact(obj, pattern, literals)
+            return self.scrub(obj)
         if isinstance(obj, Mapping):
-            return {k: self._walk(v, pattern, literals) for k, v in obj.items()}
+            return {k: self.walk(v) for k, v in obj.items()}
         if isinstance(obj, list):
-            return [self._walk(v, pattern, literals) for v in obj]
+            return [self.walk(v) for v in obj]
         if isinstance(obj, tuple):
-            return tuple(self._walk(v, pattern, literals) for v in obj)
+            return tuple(self.walk(v) for v in obj)
         return obj
 
-    @staticmethod
-    def _redact(text: str, pattern: re.Pattern[str], literals: tuple[str, ...]) -> str:
+    def scrub(self, text: str) -> str:
+        if not _MEMO_MIN_LEN <= len(text) <= _MEMO_MAX_LEN:
+            return self._scrub(text)
+        done = self._memo.get(text)
+        if done is None:
+            done = self._scrub(text)
+            if self._memo_chars + len(text) > _MEMO_MAX_CHARS:
+                self._memo, self._memo_chars = {}, 0
+            self._memo[text] = done
+            self._memo_chars += len(text)
+        return done
+
+    def _scrub(self, text: str) -> str:
+        pattern, literals = self.pattern, self.literals
         if not any(m in text for m in _MARKERS) and not any(v in text for v in literals):
             return text
         # Repeat until nothing changes, so redact(redact(x)) == redact(x) always;

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -236,3 +237,62 @@ def test_run_ids_lists_only_runs(tmp_path: Path) -> None:
     (tmp_path / "not-a-run").mkdir()
     (tmp_path / "run_file").write_text("")
     assert store.run_ids() == sorted(ids)
+
+
+class _FsyncSpy:
+    """Stands in for ``os.fsync``: notes each file's size when it was made durable."""
+
+    def __init__(self, real, fail_on: str | None = None) -> None:
+        self.real, self.fail_on = real, fail_on
+        self.durable: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        name = Path(f"/proc/self/fd/{fd}").resolve().name
+        if name == self.fail_on:
+            raise OSError(5, "Input/output error")
+        self.real(fd)
+        with self.lock:
+            self.durable[name] = os.fstat(fd).st_size
+
+
+def _write_some(writer: RunWriter) -> None:
+    writer.record_catalogue([{"name": "echo"}])
+    for n in range(5):
+        writer.record_model_call("mission", {"messages": [{"role": "user", "content": "x" * n}]},
+                                 {"content": "y"})
+        writer.append({"event": "step_started", "step": n + 1})
+        writer.record_tool_call("echo", {"text": "hi"}, {"exit_code": 0, "stdout": "hi"})
+
+
+def test_every_line_is_durable_when_the_writer_closes(tmp_path: Path, monkeypatch) -> None:
+    spy = _FsyncSpy(os.fsync)
+    monkeypatch.setattr(os, "fsync", spy)
+    writer = RunStore(tmp_path).create({"objective": "o"})
+    _write_some(writer)
+    # An events line is durable before append returns, whatever the call logs are doing.
+    events = writer.path / layout.EVENTS_FILE
+    assert spy.durable[layout.EVENTS_FILE] == events.stat().st_size
+    writer.close()
+    for name in (layout.EVENTS_FILE, layout.MODEL_FILE, layout.TOOLS_FILE):
+        assert spy.durable[name] == (writer.path / name).stat().st_size, name
+
+
+def test_a_failed_call_log_fsync_is_reported_not_swallowed(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    monkeypatch.setattr(os, "fsync", _FsyncSpy(os.fsync, fail_on=layout.MODEL_FILE))
+    writer = RunStore(tmp_path).create({"objective": "o"})
+    writer.record_model_call("mission", {"messages": []}, {"content": "y"})
+    with pytest.raises(EvalkitError, match="cannot record to .*model.jsonl: Input/output error"):
+        writer.close()
+    # The line itself was written, and the lock is released all the same.
+    assert (writer.path / layout.MODEL_FILE).read_text().count("\n") == 1
+    RunWriter(writer.path).close()
+
+
+def test_a_store_that_is_not_durable_never_fsyncs(tmp_path: Path, monkeypatch) -> None:
+    spy = _FsyncSpy(os.fsync)
+    monkeypatch.setattr(os, "fsync", spy)
+    with RunStore(tmp_path, durable=False).create({"objective": "o"}) as writer:
+        _write_some(writer)
+    assert spy.durable == {}

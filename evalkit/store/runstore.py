@@ -2,11 +2,21 @@
 
 A recording is the ground truth every verdict is re-derived from, so it is
 written defensively: each line goes out with one ``os.write`` on an
-``O_APPEND`` descriptor and is fsync'd before the call returns (a ``kill -9``
-leaves at most a torn last line), ``meta.json`` is only ever replaced whole,
+``O_APPEND`` descriptor before the call returns (a ``kill -9`` leaves at most
+a torn last line), ``meta.json`` is only ever replaced whole,
 and a ``flock`` on ``lock`` marks the run as live for exactly as long as its
 writer exists (the kernel drops it when the process dies, however it dies).
 Every line is scrubbed of credentials on its way in.
+
+What is durable when: an ``events.jsonl`` line is fsync'd before ``append``
+returns, as the contract says. The call logs (``model.jsonl``,
+``tools.jsonl``) are written just as promptly, so a crashed process loses
+none of their lines, but their fsyncs run on a flusher thread, off the
+mission's critical path, and ``close`` waits for them. Only a power cut in
+that window (about a millisecond) could leave the stream naming a call its
+log lost, which replay reports as an incomplete recording. Inline, those
+fsyncs were a third of what recording adds to a fast mission
+(``benchmarks/bench_recording.py``).
 """
 
 from __future__ import annotations
@@ -111,14 +121,81 @@ def lock_held(run_dir: Path) -> bool:
     return False
 
 
-class _AppendFile:
-    """One append-only JSONL file: lazily opened, every line written once and fsync'd."""
+class _Flusher:
+    """A thread that fsyncs the files handed to it, coalescing repeats.
 
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+    ``settle`` waits until everything handed over so far is on disk and
+    re-raises the first fsync error as an ``EvalkitError``.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cond = threading.Condition()
+        self._dirty: dict[int, Path] = {}
+        self._busy = False
+        self._closing = False
+        self._error: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def mark(self, fd: int, path: Path) -> None:
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                self._thread.start()
+            self._dirty[fd] = path
+            self._cond.notify()
+
+    def settle(self) -> None:
+        with self._cond:
+            while self._dirty or self._busy:
+                self._cond.wait()
+            error, self._error = self._error, None
+        if error is not None:
+            raise EvalkitError(error)
+
+    def close(self) -> None:
+        try:
+            self.settle()
+        finally:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            if self._thread is not None:
+                self._thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._dirty and not self._closing:
+                    self._cond.wait()
+                if not self._dirty:
+                    return
+                batch, self._dirty, self._busy = self._dirty, {}, True
+            for fd, path in batch.items():
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    with self._cond:
+                        self._error = self._error or (
+                            f"cannot record to {path}: {exc.strerror or exc}.")
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
+class _AppendFile:
+    """One append-only JSONL file: lazily opened, every line written with one write.
+
+    Each line is fsync'd before ``write_line`` returns, or, given a
+    ``flusher``, handed to it; ``fsync=False`` skips durability altogether.
+    """
+
+    def __init__(self, path: Path, *, fsync: bool = True, flusher: _Flusher | None = None) -> None:
         self.path = path
         self._fd: int | None = None
         self._size = 0
         self._fsync = fsync
+        self._flusher = flusher
 
     def write_line(self, line: bytes) -> None:
         try:
@@ -129,13 +206,15 @@ class _AppendFile:
             view = memoryview(line)
             while view:  # one write in practice; short writes only on a full disk
                 view = view[os.write(self._fd, view):]
-            if self._fsync:
+            if self._fsync and self._flusher is None:
                 os.fsync(self._fd)
         except OSError as exc:
             self._cut_back()
             raise EvalkitError(
                 f"cannot record to {self.path}: {exc.strerror or exc}.") from None
         self._size += len(line)
+        if self._fsync and self._flusher is not None:
+            self._flusher.mark(self._fd, self.path)
 
     def _cut_back(self) -> None:
         # Drop a half-written line so the next one starts on a line of its own.
@@ -233,9 +312,12 @@ class RunWriter:
         except BaseException:
             self._release()
             raise
+        self._flusher = _Flusher(f"evalkit-fsync-{self.run_id}")
         self._events = _AppendFile(self.path / layout.EVENTS_FILE, fsync=durable)
-        self._model = _AppendFile(self.path / layout.MODEL_FILE, fsync=durable)
-        self._tools = _AppendFile(self.path / layout.TOOLS_FILE, fsync=durable)
+        self._model = _AppendFile(self.path / layout.MODEL_FILE, fsync=durable,
+                                  flusher=self._flusher)
+        self._tools = _AppendFile(self.path / layout.TOOLS_FILE, fsync=durable,
+                                  flusher=self._flusher)
         self._closed = False
 
     @property
@@ -312,9 +394,12 @@ class RunWriter:
             if self._closed:
                 return
             self._closed = True
-            for file in (self._events, self._model, self._tools):
-                file.close()
-            self._release()
+            try:
+                self._flusher.close()  # the call logs are on disk before their fds close
+            finally:
+                for file in (self._events, self._model, self._tools):
+                    file.close()
+                self._release()
 
     def __enter__(self) -> RunWriter:
         return self
