@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from evalkit.eval import check as check_module
 from evalkit.eval.check import CheckResult, check_path, check_suite
-from evalkit.eval.suite import CAPABILITIES, SuiteError, load_suite
+from evalkit.eval.suite import CAPABILITIES, Mission, Suite, SuiteError, load_suite
 
 GOOD = Path(__file__).parent / "data" / "suites" / "good.yaml"
 SEED = Path(__file__).parent / "data" / "suites" / "seed-style.yaml"
@@ -382,3 +386,82 @@ def test_check_path_propagates_loader_errors_with_exit_codes(tmp_path):
     with pytest.raises(SuiteError) as malformed:
         check_path(bad)
     assert malformed.value.exit_code == 1
+
+
+# -- the fast path agrees with the detailed rules ------------------------------------
+
+_TOOLS = st.sampled_from(["mcp.add", "mcp.echo", "fs", "Add", "ſtep", "K.kelvin", "step", "-", "a-b",
+                          "x.y.z", "İstanbul", "run_python_code", ".", "mcp.", "é"])
+_PIECES = st.sampled_from(["add", "ADD", "Mcp.Add", "address", "fs", "_fs", "step", "ſtep", "STEP", "kelvin",
+                           "\u212a", "a-b", "y.z", "istanbul", "İstanbul", "-", ".", "asset.beef", "é",
+                           " ", ",", "\n", "run_python_code", "mcp", "0"])
+_PROMPTS = st.one_of(st.lists(_PIECES, max_size=8).map("".join), st.text(max_size=10))
+#: Per field, a value every rule accepts and values that break one.
+_FIELDS: dict[str, tuple[Any, st.SearchStrategy[Any]]] = {
+    "key": ("m1", st.sampled_from(["m1", "", " ", ".", "..", "a/b", "a\\b", "a\0b"])),
+    "flag": ("state", st.sampled_from(["state", "nope", "domain"])),
+    "prompt": ("Find it.", _PROMPTS),
+    "must": (("x",), st.lists(st.sampled_from(["", " ", "x"]), max_size=2).map(tuple)),
+    "must_not": (("y",), st.lists(st.sampled_from(["", " ", "x"]), max_size=2).map(tuple)),
+    "because": ("why", st.sampled_from(["why", "", " "])),
+    "split": ("test", st.sampled_from(["train", "test", "dev"])),
+    "expects_tools": (None, st.none() | st.lists(_TOOLS, max_size=2).map(tuple)),
+    "forbids_tools": (None, st.none() | st.lists(_TOOLS, max_size=2).map(tuple)),
+    "expects_outcome": (None, st.none() | st.sampled_from(["answered", "bogus"])),
+    "answer_must_match": (("(?i)a",), st.none() | st.lists(st.sampled_from(["x", "(", "a{2}"]),
+                                                          max_size=2).map(tuple)),
+    "max_reply_rejected": (None, st.none() | st.integers(-2, 2)),
+    "flags": ((), st.lists(st.sampled_from(["--seed", "1", "--events", "--x=2", "--x", "v", "--"]),
+                           max_size=3).map(tuple)),
+}
+
+
+@st.composite
+def _missions(draw: st.DrawFn) -> Mission:
+    """A mission with up to two fields drawn from the breaking values, the rest good."""
+    broken = set(draw(st.lists(st.sampled_from(sorted(_FIELDS)), max_size=2)))
+    return Mission(**{name: draw(bad) if name in broken else good_value
+                      for name, (good_value, bad) in _FIELDS.items()})
+
+
+@st.composite
+def _suites(draw: st.DrawFn) -> Suite:
+    return Suite(
+        name="s", path=Path("s.yaml"), missions=tuple(draw(st.lists(_missions(), max_size=5))),
+        tools=draw(st.none() | st.lists(_TOOLS, max_size=5).map(tuple)),
+        assets=draw(st.sampled_from([{}, {"asset.beef": ""}])),
+        identifier_pattern=draw(st.none() | st.sampled_from([r"\basset\.[a-z]+", "(", r"\w*"])),
+        vocabulary=CAPABILITIES + (("domain",) if draw(st.booleans()) else ()),
+        extras=draw(st.sampled_from([{}, {"agent_flags": ("--seed", "--x VALUE")}])))
+
+
+_HYPO = settings(max_examples=300, deadline=None)
+
+
+@_HYPO
+@given(suite=_suites())
+def test_the_fast_path_reports_what_the_detailed_rules_report(suite):
+    result = check_suite(suite)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_module, "_clean", lambda rules, mission: False)
+        detailed = check_suite(suite)
+    assert (result.problems, result.summary) == (detailed.problems, detailed.summary)
+
+
+@_HYPO
+@given(tools=st.lists(_TOOLS, min_size=1, max_size=5), prompt=_PROMPTS)
+def test_the_tool_word_filter_never_hides_a_tool(tools, prompt):
+    names = check_module._ToolNames.of(tools)
+    assert names is not None
+    assert names.named(prompt) == dataclasses.replace(names, words=None).named(prompt)
+
+
+@pytest.mark.parametrize("tools, prompt, named", [
+    (("mcp.kelvin",), "Ask \u212aelvin.", [("mcp.kelvin", "\u212aelvin")]),  # Kelvin sign ~ k
+    (("mcp.Step",), "one STEP", [("mcp.Step", "STEP")]),
+    (("mcp.step",), "One steps.", []),
+    (("-",), "a - b", [("-", "-")]),                                         # no word to filter on
+])
+def test_tool_names_match_as_the_regex_does(tools, prompt, named):
+    found = check_module._ToolNames.of(tools)
+    assert found is not None and found.named(prompt) == named

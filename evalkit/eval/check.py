@@ -54,19 +54,20 @@ def check_path(path: str | Path) -> CheckResult:
 def check_suite(suite: Suite) -> CheckResult:
     """Run every rule of the spec's "check" section over one loaded suite."""
     problems: list[str] = []
-    pattern = _compile(suite.identifier_pattern)
-    published = _published(suite.agent_flags)
+    rules = _Rules.of(suite)
     seen: dict[str, int] = {}
     for index, mission in enumerate(suite.missions):
-        where = _where(mission, index)
         if mission.key.strip():
             if mission.key in seen:
-                problems.append(f"{where} field 'key': already used by mission #{seen[mission.key]};"
-                                " keys must be unique (each names a run directory)")
+                problems.append(f"{_where(mission, index)} field 'key': already used by mission "
+                                f"#{seen[mission.key]}; keys must be unique (each names a run "
+                                "directory)")
             else:
                 seen[mission.key] = index + 1
-        problems += [f"{where} field {name!r}: {text}"
-                     for name, text in _mission_problems(suite, mission, pattern, published)]
+        if not _clean(rules, mission):
+            where = _where(mission, index)
+            problems += [f"{where} field {name!r}: {text}"
+                         for name, text in _mission_problems(rules, mission)]
     problems += _suite_problems(suite)
     return CheckResult(suite, problems, _summary(suite, problems))
 
@@ -78,9 +79,99 @@ def _where(mission: Mission, index: int) -> str:
 # -- per mission -------------------------------------------------------------
 
 
-def _mission_problems(suite: Suite, m: Mission, pattern: re.Pattern[str] | None | str,
-                      published: dict[str, bool]) -> Iterable[tuple[str, str]]:
+@dataclass(frozen=True)
+class _Rules:
+    """What the missions of one suite are checked against, worked out once rather than per mission."""
+
+    suite: Suite
+    vocabulary: frozenset[str]
+    #: The served tools, when the suite lists them (None: tools are not checked).
+    tools: frozenset[str] | None
+    tool_names: _ToolNames | None
+    identifiers: re.Pattern[str] | None
+    #: What a prompt may name by identifier: the declared assets and the tools.
+    declared: frozenset[str]
+    published: dict[str, bool]
+    harness: frozenset[str]
+    #: evalkit's own flags that take a value.
+    taking: frozenset[str]
+    #: Each answer regex met so far -> its compile error, or None when it compiles.
+    regex_errors: dict[str, str | None]
+
+    @classmethod
+    def of(cls, suite: Suite) -> _Rules:
+        pattern = _compile(suite.identifier_pattern)
+        return cls(
+            suite=suite,
+            vocabulary=frozenset(suite.vocabulary),
+            tools=None if suite.tools is None else frozenset(suite.tools),
+            tool_names=None if suite.tools is None else _ToolNames.of(suite.tools),
+            identifiers=pattern if isinstance(pattern, re.Pattern) else None,
+            declared=frozenset(suite.assets) | frozenset(suite.tools or ()),
+            published=_published(suite.agent_flags),
+            harness=frozenset(contract.harness_flags()),
+            taking=frozenset(f["flag"] for f in contract.CLI_FLAGS if f["value"] is not None),
+            regex_errors={},
+        )
+
+    def regex_error(self, regex: str) -> str | None:
+        """Why ``regex`` does not compile, or None; a suite repeats its regexes, so each compiles once."""
+        if regex not in self.regex_errors:
+            error = _compile(regex)
+            self.regex_errors[regex] = error if isinstance(error, str) else None
+        return self.regex_errors[regex]
+
+
+def _clean(rules: _Rules, m: Mission) -> bool:
+    """True only when ``_mission_problems`` finds nothing: the fast path for the common case.
+
+    The same rules as ``_mission_problems``, as one yes or no, with the
+    per-suite work done in advance. False is no verdict: the detailed rules
+    then decide and word the problems. A mission whose fields are not the
+    types the loader gives (a hand-built one) may raise here; it then takes
+    the detailed path too, which treats it exactly as it always has.
+    """
+    try:
+        return (_key_ok(m.key) and m.flag in rules.vocabulary and bool(m.prompt.strip())
+                and any(map(str.strip, m.must)) and any(map(str.strip, m.must_not))
+                and bool(m.because.strip()) and _tools_ok(rules, m)
+                and _identifiers_ok(rules, m.prompt) and m.split in SPLITS
+                and (m.expects_outcome is None or m.expects_outcome in contract.OUTCOMES)
+                and (m.max_reply_rejected is None or m.max_reply_rejected >= 0)
+                and _regexes_ok(rules, m) and not any(_flag_problems(m.flags, rules)))
+    except Exception:
+        return False
+
+
+def _key_ok(key: str) -> bool:
+    return (bool(key.strip()) and key not in (".", "..")
+            and "/" not in key and "\\" not in key and "\0" not in key)
+
+
+def _tools_ok(rules: _Rules, m: Mission) -> bool:
+    if rules.tools is None:
+        return True
+    return (rules.tools.issuperset(m.expects_tools or ())
+            and rules.tools.issuperset(m.forbids_tools or ())
+            and (rules.tool_names is None or not rules.tool_names.named(m.prompt)))
+
+
+def _identifiers_ok(rules: _Rules, prompt: str) -> bool:
+    if rules.identifiers is None:
+        return True
+    return all(not hit.group(0) or hit.group(0) in rules.declared
+               for hit in rules.identifiers.finditer(prompt))
+
+
+def _regexes_ok(rules: _Rules, m: Mission) -> bool:
+    return all(rules.regex_error(regex) is None
+               for regexes in (m.answer_must_match, m.answer_must_not_match)
+               for regex in regexes or ())
+
+
+def _mission_problems(rules: _Rules, m: Mission) -> Iterable[tuple[str, str]]:
     """(field, sentence) for every rule this mission breaks."""
+    suite = rules.suite
     if not m.key.strip():
         yield "key", "is empty; every mission needs a key (it names its run directory)"
     elif m.key in (".", "..") or any(c in m.key for c in "/\\\0"):
@@ -99,14 +190,13 @@ def _mission_problems(suite: Suite, m: Mission, pattern: re.Pattern[str] | None 
             for tool in getattr(m, name) or ():
                 if tool not in suite.tools:
                     yield name, f"{tool!r} is not a served tool ({', '.join(suite.tools) or 'none'})"
-        for tool, said in _tools_named(m.prompt, suite.tools):
+        for tool, said in rules.tool_names.named(m.prompt) if rules.tool_names else ():
             also = "" if said.lower() == tool.lower() else f" (as {said!r})"
             yield "prompt", (f"names the served tool {tool!r}{also}; write it as a person would, "
                              "without tool names")
-    if isinstance(pattern, re.Pattern):
-        known = set(suite.assets) | set(suite.tools or ())
-        for ident in dict.fromkeys(x.group(0) for x in pattern.finditer(m.prompt)):
-            if ident and ident not in known:
+    if rules.identifiers is not None:
+        for ident in dict.fromkeys(x.group(0) for x in rules.identifiers.finditer(m.prompt)):
+            if ident and ident not in rules.declared:
                 yield "prompt", (f"names {ident!r}, which is neither a declared asset nor a tool; "
                                  "declare it under 'assets'")
     if m.split not in SPLITS:
@@ -121,23 +211,66 @@ def _mission_problems(suite: Suite, m: Mission, pattern: re.Pattern[str] | None 
             error = _compile(regex)
             if isinstance(error, str):
                 yield name, f"pattern {regex!r} does not compile: {error}"
-    yield from (("flags", text) for text in _flag_problems(m.flags, published))
+    yield from (("flags", text) for text in _flag_problems(m.flags, rules))
 
 
-def _tools_named(prompt: str, tools: Iterable[str]) -> Iterable[tuple[str, str]]:
-    """(tool, the text naming it) for each served tool the prompt names."""
-    tools = tuple(dict.fromkeys(tools))
-    matcher, names = _tool_matcher(tools)
-    if matcher is None:
-        return
-    said: dict[str, str] = {}
-    for hit in matcher.finditer(prompt):
-        said.setdefault(hit.group(1).lower(), hit.group(1))
-    for tool in tools:
-        for name in names[tool]:
-            if name.lower() in said:
-                yield tool, said[name.lower()]
-                break
+#: Byte -> itself lowercased for ASCII identifier characters, a space for any other byte.
+_ASCII_WORDS = bytes(b if re.fullmatch(f"[{_BOUNDARY}]", chr(b)) else 32 for b in range(256)).lower()
+
+
+@dataclass(frozen=True)
+class _ToolNames:
+    """Finds the served tools a prompt names, by full name or last dotted segment,
+    ignoring case, only between identifier boundaries (``mcp.add`` is not in ``address``).
+    """
+
+    tools: tuple[str, ...]
+    matcher: re.Pattern[str]
+    #: Each tool with its names lowercased, in the order they are tried.
+    lowered: tuple[tuple[str, tuple[str, ...]], ...]
+    #: A word each name contains, lowercased; None when a name is not ASCII or has no word.
+    words: frozenset[bytes] | None
+
+    @classmethod
+    def of(cls, tools: Iterable[str]) -> _ToolNames | None:
+        tools = tuple(dict.fromkeys(tools))
+        matcher, names = _tool_matcher(tools)
+        if matcher is None:
+            return None
+        lowered = tuple((t, tuple(n.lower() for n in names[t])) for t in tools)
+        words = [_longest_word(n) for ns in names.values() for n in ns]
+        usable = all(word is not None for word in words)
+        return cls(tools, matcher, lowered,
+                   frozenset(word for word in words if word is not None) if usable else None)
+
+    def named(self, prompt: str) -> list[tuple[str, str]]:
+        """(tool, the text naming it) for each tool the prompt names, in the tools' order."""
+        if self.words is not None and prompt.isascii() and self.words.isdisjoint(
+                prompt.encode("ascii").translate(_ASCII_WORDS).split()):
+            return []
+        said: dict[str, str] = {}
+        for hit in self.matcher.finditer(prompt):
+            said.setdefault(hit.group(1).lower(), hit.group(1))
+        if not said:
+            return []
+        found = []
+        for tool, names in self.lowered:
+            name = next((n for n in names if n in said), None)
+            if name is not None:
+                found.append((tool, said[name]))
+        return found
+
+
+def _longest_word(name: str) -> bytes | None:
+    """The longest run of identifier characters in an ASCII ``name``, lowercased; else None.
+
+    It makes a safe filter: a name matches only between identifier boundaries,
+    so each such run of it is a whole word of the prompt; and for ASCII text,
+    ``re.IGNORECASE`` is exactly ASCII lowercasing. A prompt without any of
+    these words names no tool, and the regex is not run on it.
+    """
+    runs = re.findall(f"[{_BOUNDARY}]+", name) if name.isascii() else []
+    return max(runs, key=len).lower().encode("ascii") if runs else None
 
 
 @functools.lru_cache(maxsize=32)
@@ -164,10 +297,9 @@ def _published(agent_flags: tuple[str, ...] | None) -> dict[str, bool]:
     return published
 
 
-def _flag_problems(tokens: tuple[str, ...], published: dict[str, bool]) -> Iterable[str]:
+def _flag_problems(tokens: tuple[str, ...], rules: _Rules) -> Iterable[str]:
     """Read mission CLI tokens as a command line would, and say what is wrong with them."""
-    harness = set(contract.harness_flags())
-    taking = {f["flag"] for f in contract.CLI_FLAGS if f["value"] is not None}
+    harness, taking, published = rules.harness, rules.taking, rules.published
     i = 0
     while i < len(tokens):
         token = tokens[i]
