@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from evalkit.contract import FIELDS, OPTIONAL
 from evalkit.errors import EvalkitError
-from evalkit.eval.tables import query, summaries_from_dataset, summaries_via_duckdb
+from evalkit.eval import tables
+from evalkit.eval.tables import (
+    query,
+    stored_summaries_current,
+    summaries_from_dataset,
+    summaries_via_duckdb,
+)
 from evalkit.store.ingest import ingest
 from tests._runs import bare, envelope, reference, write_corpus, write_run
 
@@ -29,8 +35,38 @@ def test_corpus_summaries_equal_summarize(tmp_path: Path) -> None:
     files = sorted(runs.glob("*/events.jsonl"))
     want = reference(runs, files)
     _assert_equal(summaries_via_duckdb(runs, files), want)
-    result = ingest(runs)
+    result = ingest(runs)  # the bare dataset: summaries computed when asked
+    assert not stored_summaries_current(result.out)
     _assert_equal(summaries_from_dataset(result.out), want)
+    kept = tables.ingest(runs, tmp_path / "kept")  # what `evalkit ingest` writes
+    assert stored_summaries_current(kept.out)
+    _assert_equal(summaries_from_dataset(kept.out), want)
+
+
+def test_kept_summaries_are_read_not_recomputed(tmp_path: Path, monkeypatch) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    want = reference(runs, sorted(runs.glob("*/events.jsonl")))
+    out = tables.ingest(runs).out
+
+    def no_query(con):
+        raise AssertionError("the aggregate query ran although the kept summaries are current")
+
+    monkeypatch.setattr(tables, "_summaries", no_query)
+    _assert_equal(summaries_from_dataset(out), want)
+
+
+def test_summaries_kept_by_another_fold_are_recomputed(tmp_path: Path, monkeypatch) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    want = reference(runs, sorted(runs.glob("*/events.jsonl")))
+    out = tables.ingest(runs).out
+    monkeypatch.setattr(tables, "SUMMARY_VERSION", tables.SUMMARY_VERSION + 1)
+    assert not stored_summaries_current(out)
+    # Were the stale table read, this would fail: make it say something else entirely.
+    stale = out / "summaries.parquet"
+    stale.write_bytes(b"not parquet at all")
+    _assert_equal(summaries_from_dataset(out), want)
 
 
 def test_corpus_checks_that_matter(tmp_path: Path) -> None:
@@ -112,6 +148,7 @@ def test_random_streams_equal_summarize(tmp_path_factory: pytest.TempPathFactory
     want = reference(runs, files)
     _assert_equal(summaries_via_duckdb(runs, files), want)
     _assert_equal(summaries_from_dataset(ingest(runs).out), want)
+    _assert_equal(summaries_from_dataset(tables.ingest(runs, runs / "kept").out), want)
 
 
 def test_query_over_a_dataset_and_a_runs_folder(tmp_path: Path, capsys) -> None:

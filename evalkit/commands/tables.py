@@ -17,7 +17,7 @@ import click
 def ingest(folder: Path, out: Path | None) -> None:
     """Turn every run directory under FOLDER into a Parquet dataset."""
     from evalkit.errors import EvalkitError
-    from evalkit.store.ingest import ingest as ingest_runs
+    from evalkit.eval.tables import ingest as ingest_runs
 
     if not folder.is_dir():
         raise EvalkitError(f"{folder} is not a folder of run directories")

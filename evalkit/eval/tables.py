@@ -7,20 +7,29 @@ normalisation functions (``text``/``number``/``flag``) into ``RunSummary``
 objects. A test holds the two producers equal field by field, so a verdict
 never depends on which path computed it.
 
+The query is not cheap (lists per run, a fingerprint of every tool result,
+the stagnation fold in Python), so ``ingest`` runs it once, while each batch
+of runs is in memory, and keeps the result as a ``summaries`` table: one row
+per stream with the whole ``RunSummary`` as JSON. ``summaries_from_dataset``
+reads that table when the dataset's summaries were written by this
+evalkit's fold (``SUMMARY_VERSION``) and computes them afresh otherwise; a
+dataset is a cache of the recordings, never a second truth.
+
 Also here: ``open_dataset`` (views over a dataset folder) and ``query``, what
 ``evalkit sql`` runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import orjson
 import pyarrow as pa
 
@@ -36,7 +45,11 @@ from evalkit.eval.summary import (
     text,
 )
 from evalkit.store import dataset as ds
-from evalkit.store import ingest as ing
+
+if TYPE_CHECKING:  # DuckDB and the ingest SQL load only where a query runs:
+    import duckdb  # reading kept summaries needs neither.
+
+    from evalkit.store import ingest as ing
 
 #: Values at or past 2**53 may have lost digits in a DOUBLE column; for those
 #: runs the record itself (kept as JSON) is read again.
@@ -199,13 +212,103 @@ def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, RunSummary]:
     return dict(sorted(out.items()))
 
 
+# --- summaries kept in the dataset ---------------------------------------------
+
+#: Bump when the fold's meaning changes without a RunSummary field changing;
+#: a change of fields changes ``summary_version()`` by itself.
+SUMMARY_VERSION = 1
+SUMMARIES = "summaries"
+_TUPLE_FIELDS = ("problems", "tools_called", "gate_tools", "rejected_tools")
+
+SUMMARIES_SCHEMA = pa.schema([
+    ("events_path", pa.string()), ("run_id", pa.string()), ("finished", pa.bool_()),
+    ("outcome", pa.string()), ("records", pa.int64()), ("summary", pa.string()),
+])
+
+
+def summary_version() -> str:
+    """What wrote a summaries table: the fold's version and RunSummary's field names."""
+    names = ",".join(f.name for f in dataclasses.fields(RunSummary))
+    return f"{SUMMARY_VERSION}-{hashlib.sha256(names.encode()).hexdigest()[:12]}"
+
+
+def _summaries_table(found: dict[str, RunSummary]) -> pa.Table:
+    rows = list(found.values())
+    return pa.table({
+        "events_path": [s.source for s in rows],
+        "run_id": [s.run_id for s in rows],
+        "finished": [s.finished for s in rows],
+        "outcome": [s.outcome for s in rows],
+        "records": [s.records for s in rows],
+        "summary": [_summary_json(s) for s in rows],
+    }, schema=SUMMARIES_SCHEMA)
+
+
+#: RunSummary's defaults: a kept summary leaves out every field still at its default
+#: (most of them in a typical run), which halves what reading it back costs.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSummary)}
+
+
+_LEFT_OUT = {**_DEFAULTS, **{name: [] for name in _TUPLE_FIELDS}}  # as as_dict writes them
+
+
+def _summary_json(s: RunSummary) -> str:
+    fields = s.as_dict()
+    del fields["source"]  # the row's events_path
+    return orjson.dumps({k: v for k, v in fields.items()
+                         if v != _LEFT_OUT[k] or type(v) is not type(_LEFT_OUT[k])}).decode()
+
+
+def _stored_summary(events_path: str, data: str) -> RunSummary:
+    """A RunSummary back from its JSON; built without ``__init__``, which costs 2x here.
+
+    The version check in ``stored_summaries_current`` guarantees the fields match.
+    """
+    fields = orjson.loads(data)
+    for name in _TUPLE_FIELDS:
+        if name in fields:
+            fields[name] = tuple(fields[name])
+    summary = RunSummary.__new__(RunSummary)
+    summary.__dict__.update(_DEFAULTS)
+    summary.__dict__.update(fields)
+    summary.source = events_path
+    return summary
+
+
+class SummaryDerivation:
+    """The ``summaries`` table, computed by ingest from each batch (see store.ingest)."""
+
+    schemas = {SUMMARIES: SUMMARIES_SCHEMA}
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return {SUMMARIES: {"version": summary_version()}}
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table,
+                 runs: pa.Table) -> list[tuple[str, pa.Table]]:
+        con.register("events", events)
+        con.register("runs", runs)
+        try:
+            return [(SUMMARIES, _summaries_table(_summaries(con)))]
+        finally:
+            con.unregister("events")
+            con.unregister("runs")
+
+
+def ingest(root: Path, out: Path | None = None, **options: Any) -> ing.IngestResult:
+    """``store.ingest.ingest`` plus the summaries table: what ``evalkit ingest`` writes."""
+    from evalkit.store import ingest as ing
+
+    return ing.ingest(root, out, derive=SummaryDerivation(), **options)
+
+
 # --- from a dataset ----------------------------------------------------------
 
 def _sql_path(path: Path) -> str:
     return "'" + os.fspath(path).replace("'", "''") + "'"
 
 
-def _check_manifest(folder: Path) -> None:
+def _check_manifest(folder: Path) -> dict[str, Any]:
     manifest = folder / ds.MANIFEST
     try:
         info = orjson.loads(manifest.read_bytes())
@@ -220,22 +323,51 @@ def _check_manifest(folder: Path) -> None:
     if not isinstance(version, int) or version > ds.VERSION:
         raise EvalkitError(f"{folder} is dataset version {version!r}; this evalkit reads up to "
                            f"version {ds.VERSION}: upgrade evalkit or re-ingest the runs")
+    return info
 
 
 def open_dataset(path: Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with views runs, events, model_calls, tool_calls."""
+    """An in-memory DuckDB connection with views runs, events, model_calls, tool_calls,
+    and ``summaries`` when the dataset keeps current ones."""
+    import duckdb
+
     folder = Path(path)
-    _check_manifest(folder)
+    info = _check_manifest(folder)
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
-    for table in ds.TABLES:
+    views = [*ds.TABLES, *([SUMMARIES] if _kept_summaries_current(folder, info) else [])]
+    for table in views:
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
                     f"{_sql_path(folder / f'{table}.parquet')})")
     return con
 
 
-def summaries_from_dataset(dataset: Path) -> dict[str, RunSummary]:
-    """Every stream of a dataset folder, summarised; keyed by events path (relative to the root)."""
+def stored_summaries_current(dataset: Path) -> bool:
+    """True when the dataset keeps summaries written by this evalkit's fold."""
+    return _kept_summaries_current(Path(dataset), _check_manifest(Path(dataset)))
+
+
+def _kept_summaries_current(folder: Path, manifest: dict[str, Any]) -> bool:
+    kept = manifest.get(SUMMARIES)
+    return (isinstance(kept, dict) and kept.get("version") == summary_version()
+            and (folder / f"{SUMMARIES}.parquet").is_file())
+
+
+def summaries_from_dataset(dataset: Path, *, stored: bool = True) -> dict[str, RunSummary]:
+    """Every stream of a dataset folder, summarised; keyed by events path (relative to the root).
+
+    ``stored`` reads the summaries ingest kept when they are current; otherwise
+    (or with ``stored=False``) the aggregate query runs over the events.
+    """
+    dataset = Path(dataset)
+    if stored and stored_summaries_current(dataset):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(dataset / f"{SUMMARIES}.parquet", columns=["events_path", "summary"])
+        paths = table.column("events_path").to_pylist()
+        data = table.column("summary").to_pylist()
+        found = {path: _stored_summary(path, text) for path, text in zip(paths, data, strict=True)}
+        return dict(sorted(found.items()))
     con = open_dataset(dataset)
     try:
         return _summaries(con)
@@ -253,7 +385,7 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def summaries_via_duckdb(root: Path, events_files: Sequence[Path], *,
-                         batch_bytes: int = ing.BATCH_BYTES) -> dict[str, RunSummary]:
+                         batch_bytes: int | None = None) -> dict[str, RunSummary]:
     """The same summaries straight from events files, with no Parquet written.
 
     Files go through the ingest SQL in batches (a run never spans two), each
@@ -261,6 +393,9 @@ def summaries_via_duckdb(root: Path, events_files: Sequence[Path], *,
     Keys are the files' paths relative to ``root`` (as given when outside it);
     a file that cannot be read is left out.
     """
+    from evalkit.store import ingest as ing
+
+    batch_bytes = batch_bytes or ing.BATCH_BYTES
     root = Path(root)
     out: dict[str, RunSummary] = {}
     con = ing.connect()
@@ -287,6 +422,8 @@ def summaries_via_duckdb(root: Path, events_files: Sequence[Path], *,
 
 def _summarise_batch(con: duckdb.DuckDBPyConnection,
                      batch: list[tuple[str, str]]) -> dict[str, RunSummary]:
+    from evalkit.store import ingest as ing
+
     paths = [rel for rel, _ in batch]
     events, counts = ing.events_table(con, [content for _, content in batch])
     events = events.append_column("events_path", pa.array(paths, pa.string()).take(
@@ -322,13 +459,15 @@ def query(path: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
 
     Returns (column names, rows). Any DuckDB error becomes one EvalkitError sentence.
     """
+    import duckdb
+
     path = Path(path)
     found = find_dataset(path)
     with tempfile.TemporaryDirectory(prefix="evalkit-dataset-") as scratch:
         if found is None:
             if not path.is_dir():
                 raise EvalkitError(f"no dataset and no runs at {path}")
-            result = ing.ingest(path, Path(scratch) / ds.DEFAULT_NAME)
+            result = ingest(path, Path(scratch) / ds.DEFAULT_NAME)
             print(f"evalkit: no dataset in {path}; ingested {result.runs} runs into a temporary "
                   f"one (run `evalkit ingest {path}` to keep it)", file=sys.stderr)
             found = result.out

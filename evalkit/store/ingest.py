@@ -14,7 +14,10 @@ meaning of every column. So a dataset says what the reader says, by
 construction, and pays for Python only on rows that are rare in practice.
 
 Work goes in batches of files so memory stays bounded; each batch is
-appended to the four Parquet files as row groups. The dataset is written to a
+appended to the four Parquet files as row groups. A caller may add tables
+derived from each batch (a ``Derivation``: ``evalkit.eval.tables`` adds the
+per-run summaries scoring reads), computed while the batch is in memory, so
+nothing is parsed twice and this module needs to know nothing of scoring. The dataset is written to a
 temporary folder and renamed into place, so a reader never sees half of one.
 """
 
@@ -27,7 +30,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import duckdb
 import numpy as np
@@ -309,6 +312,21 @@ _TOOL_SQL = _plain_sql(
 
 # --- driving it ----------------------------------------------------------------
 
+class Derivation(Protocol):
+    """Extra tables computed from each batch's ``events`` and ``runs`` tables.
+
+    ``schemas`` names the tables and their shapes; ``manifest`` is merged into
+    the dataset's manifest (say what version of the derivation wrote them).
+    It must be picklable: large ingests run it in worker processes.
+    """
+
+    schemas: dict[str, pa.Schema]
+    manifest: dict[str, Any]
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table,
+                 runs: pa.Table) -> list[tuple[str, pa.Table]]: ...
+
+
 @dataclass
 class IngestResult:
     """What one ingest did: where the dataset is, how much went in, how long it took."""
@@ -500,13 +518,13 @@ def _with_keys(table: pa.Table, schema: pa.Schema, keys: dict[str, list[str]]) -
 class _Writers:
     """One Parquet writer per table, appended to batch by batch."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, schemas: dict[str, pa.Schema]) -> None:
         self.writers = {
             name: pq.ParquetWriter(
                 folder / f"{name}.parquet", schema, compression="zstd", compression_level=1,
                 use_dictionary=[f.name for f in schema if f.name in _DICTIONARY],
             )
-            for name, schema in ds.SCHEMAS.items()
+            for name, schema in schemas.items()
         }
 
     def write(self, name: str, table: pa.Table) -> None:
@@ -590,8 +608,8 @@ def events_table(con: duckdb.DuckDBPyConnection, contents: list[str | None]
     return _records(result, _event_row, _EVENT_FIELDS, len(contents))
 
 
-def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: _Batch
-                  ) -> tuple[int, list[tuple[str, pa.Table]]]:
+def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: _Batch,
+                  derive: Derivation | None = None) -> tuple[int, list[tuple[str, pa.Table]]]:
     """Convert one batch: (its number of events, the tables to append)."""
     out: list[tuple[str, pa.Table]] = []
 
@@ -600,9 +618,12 @@ def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: _Batch
 
     rels = batch.rel(EVENTS_FILE)
     events, counts = events_table(con, batch.events)
-    write("runs", _runs_table(con, events, batch, rels, counts))
-    write("events", _with_keys(events, ds.EVENTS_SCHEMA,
-                               {"run": batch.runs, "events_path": rels}))
+    runs = _runs_table(con, events, batch, rels, counts)
+    events = _with_keys(events, ds.EVENTS_SCHEMA, {"run": batch.runs, "events_path": rels})
+    write("runs", runs)
+    write("events", events)
+    if derive is not None:
+        out.extend(derive(con, events, runs))
     for name, sql, contents, row, fields, schema, file in (
         ("model_calls", _MODEL_SQL, batch.models, _plain_row(ds.model_columns), _MODEL_FIELDS,
          ds.MODEL_SCHEMA, MODEL_FILE),
@@ -631,7 +652,8 @@ RUNS_PER_WORKER = 2000
 
 
 def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
-           batch_bytes: int = BATCH_BYTES, workers: int | None = None) -> IngestResult:
+           batch_bytes: int = BATCH_BYTES, workers: int | None = None,
+           derive: Derivation | None = None) -> IngestResult:
     """Turn every run directory under ``root`` into a Parquet dataset folder at ``out``.
 
     Default ``out`` is ``root/dataset.parquet``. Re-ingesting the same runs
@@ -639,7 +661,7 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     folder and renamed into place. Large sets are split into contiguous
     shares converted by worker processes (DuckDB keeps one core busy per
     query here) and merged in order, so the rows come out as one process
-    would write them.
+    would write them. ``derive`` adds tables computed from each batch.
     """
     started = time.perf_counter()
     root = Path(root)
@@ -655,13 +677,16 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         workers = max(1, min(len(os.sched_getaffinity(0)), len(dirs) // RUNS_PER_WORKER))
     try:
         if workers <= 1:
-            n_runs, n_events, n_bytes = _ingest_into(root, dirs, tmp, threads, batch_bytes)
+            n_runs, n_events, n_bytes = _ingest_into(root, dirs, tmp, threads, batch_bytes,
+                                                     derive)
         else:
             n_runs, n_events, n_bytes = _ingest_parallel(root, dirs, tmp, threads, batch_bytes,
-                                                         workers)
+                                                         workers, derive)
+        names = [*ds.TABLES, *(derive.schemas if derive is not None else ())]
         manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
-                    "tables": {name: f"{name}.parquet" for name in ds.TABLES}}
+                    "tables": {name: f"{name}.parquet" for name in names},
+                    **(derive.manifest if derive is not None else {})}
         (tmp / ds.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
         _replace(tmp, out)
     except BaseException:
@@ -671,18 +696,22 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
                         seconds=time.perf_counter() - started)
 
 
+def _schemas(derive: Derivation | None) -> dict[str, pa.Schema]:
+    return {**ds.SCHEMAS, **(derive.schemas if derive is not None else {})}
+
+
 def _ingest_into(root: Path, dirs: list[Path], folder: Path, threads: int | None,
-                 batch_bytes: int) -> tuple[int, int, int]:
+                 batch_bytes: int, derive: Derivation | None = None) -> tuple[int, int, int]:
     """Convert ``dirs`` into the tables of ``folder``: (runs, events, bytes read)."""
     n_runs = n_events = n_bytes = 0
     con = connect(threads)
-    writers = _Writers(folder)
+    writers = _Writers(folder, _schemas(derive))
     try:
         # Parquet encoding runs beside the next batch's SQL (both release the GIL).
         with ThreadPoolExecutor(max_workers=1) as writer:
             pending: list[Future[None]] = []
             for batch in _batches(root, dirs, batch_bytes):
-                events, tables = _ingest_batch(con, batch)
+                events, tables = _ingest_batch(con, batch, derive)
                 n_events += events
                 n_runs += len(batch.runs)
                 n_bytes += batch.nbytes
@@ -697,12 +726,14 @@ def _ingest_into(root: Path, dirs: list[Path], folder: Path, threads: int | None
     return n_runs, n_events, n_bytes
 
 
-def _ingest_share(args: tuple[Path, list[Path], Path, int | None, int]) -> tuple[int, int, int]:
+def _ingest_share(args: tuple[Path, list[Path], Path, int | None, int, Derivation | None]
+                  ) -> tuple[int, int, int]:
     return _ingest_into(*args)
 
 
 def _ingest_parallel(root: Path, dirs: list[Path], folder: Path, threads: int | None,
-                     batch_bytes: int, workers: int) -> tuple[int, int, int]:
+                     batch_bytes: int, workers: int, derive: Derivation | None = None
+                     ) -> tuple[int, int, int]:
     """Contiguous shares in worker processes, then their tables appended in order."""
     import multiprocessing
 
@@ -710,14 +741,15 @@ def _ingest_parallel(root: Path, dirs: list[Path], folder: Path, threads: int | 
     parts = [folder / f".part-{i}" for i in range(workers)]
     for part in parts:
         part.mkdir()
-    shares = [(root, dirs[i * size:(i + 1) * size], parts[i], 1, batch_bytes)
+    shares = [(root, dirs[i * size:(i + 1) * size], parts[i], 1, batch_bytes, derive)
               for i in range(workers)]
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         counts = pool.map(_ingest_share, shares)
-    writers = _Writers(folder)
+    schemas = _schemas(derive)
+    writers = _Writers(folder, schemas)
     try:
         for part in parts:
-            for name in ds.SCHEMAS:
+            for name in schemas:
                 for batch in pq.ParquetFile(part / f"{name}.parquet").iter_batches(
                         batch_size=64 * 1024):
                     writers.write(name, pa.Table.from_batches([batch]))
