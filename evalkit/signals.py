@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,12 +63,30 @@ def describe(signal: str, threshold: int) -> str:
     return MEANING.get(signal, signal).format(n=threshold)
 
 
+#: Built once: ``json.dumps`` with these options would build a new encoder per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                              default=str)
+
+
+def call_key(record: Mapping[str, Any]) -> list[Any]:
+    """The parts of a tool result that make up its fingerprint, in order."""
+    return [record.get("tool"), record.get("arguments"), record.get("ok"),
+            record.get("exit_code"), record.get("output"), record.get("error")]
+
+
+def canonical(record: Mapping[str, Any]) -> str:
+    """The text a fingerprint hashes: ``call_key`` as sorted, compact JSON.
+
+    Two records have equal fingerprints exactly when these texts are equal, so
+    a reader that only compares results may use the text itself (or anything
+    equal exactly when it is) and skip the hash.
+    """
+    return _CANONICAL.encode(call_key(record))
+
+
 def fingerprint(record: Mapping[str, Any]) -> str:
     """One call and its result, as a short stable key (handles and ordinals left out)."""
-    key = [record.get("tool"), record.get("arguments"), record.get("ok"),
-           record.get("exit_code"), record.get("output"), record.get("error")]
-    text = json.dumps(key, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
-                      default=str)
+    text = canonical(record)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
@@ -100,15 +117,6 @@ class Firing:
         return {"signal": self.signal, "step": self.step, "threshold": self.threshold}
 
 
-def _trailing(steps: list[Step], test: Callable[[Step], bool]) -> int:
-    n = 0
-    for step in reversed(steps):
-        if not test(step):
-            break
-        n += 1
-    return n
-
-
 class Watch:
     """The fold. ``feed`` every record in order; ``firings`` is what fired, in order.
 
@@ -121,13 +129,24 @@ class Watch:
     def __init__(self, thresholds: Mapping[str, int] | None = None) -> None:
         self.thresholds = {**THRESHOLDS, **(thresholds or {})}
         self.open: Step | None = None
-        self.window: list[Step] = []
         self.seen: set[str] = set()
         self.firings: list[Firing] = []
+        self._restart()
+
+    def _restart(self) -> None:
+        """Empty the window. What the signals read of it is kept up to date as steps
+        close (counts, trailing runs), so a check costs the same however long it is."""
+        self.window: list[Step] = []
+        self._counts: dict[str, int] = {}  # fingerprint -> occurrences in the window
+        self._most = 0  # the highest of those counts
+        self._rejected_run = 0  # trailing steps with a rejected reply and no call
+        self._stale_run = 0  # trailing steps that were not fresh
 
     def feed(self, record: Mapping[str, Any]) -> Firing | None:
         """Fold one record; returns the firing a ``step_started`` revealed, if any."""
-        if not isinstance(record, Mapping) or not main_line(record):
+        if type(record) is not dict and not isinstance(record, Mapping):
+            return None
+        if not main_line(record):
             return None
         event = record.get("event")
         if event == "step_started":
@@ -145,11 +164,11 @@ class Watch:
             fired = None
             if self.open is not None:
                 fired = self.boundary()
-                if isinstance(review, Mapping):
+                if review is not None and isinstance(review, Mapping):
                     self.apply_review(review)
                 elif fired is not None:
                     self.settle(fired.signal)
-            self.open = Step(index=index)
+            self.open = Step(index)
             return fired
         step = self.open
         if step is None:
@@ -167,9 +186,9 @@ class Watch:
         step, self.open = self.open, None
         if step is None:
             return None
-        step.fresh = any(fp not in self.seen for fp in step.results)
+        step.fresh = not self.seen.issuperset(step.results)  # some result never seen before
         self.seen.update(step.results)
-        self.window.append(step)
+        self._append(step)
         fired = self._check(step)
         if fired is not None:
             self.firings.append(fired)
@@ -186,7 +205,7 @@ class Watch:
                 self.thresholds[signal] += THRESHOLDS[signal]
             if signal in IDLE_COVERS and self.thresholds[signal] > before:
                 self.thresholds["idle"] += THRESHOLDS["idle"]
-        self.window = []
+        self._restart()
         return self.thresholds.get(signal, 0)
 
     def apply_review(self, review: Mapping[str, Any]) -> None:
@@ -198,21 +217,34 @@ class Watch:
         self.settle(str(signal), threshold=threshold,
                     raise_threshold=review.get("verdict") == "progressing")
 
+    def _append(self, step: Step) -> None:
+        """Add a closed step to the window and bring its running tallies up to date."""
+        self.window.append(step)
+        counts = self._counts
+        for fp in step.results:
+            n = counts[fp] = counts.get(fp, 0) + 1
+            if n > self._most:
+                self._most = n
+        self._rejected_run = self._rejected_run + 1 if step.rejected > 0 and step.calls == 0 else 0
+        self._stale_run = 0 if step.fresh else self._stale_run + 1
+
     def _check(self, step: Step) -> Firing | None:
-        w, t = self.window, self.thresholds
-        counts = Counter(fp for s in w for fp in s.results)
-        if counts and max(counts.values()) >= t["repeat"]:
+        t = self.thresholds
+        if self._most and self._most >= t["repeat"]:
             return Firing("repeat", step.index, t["repeat"])
-        if _trailing(w, lambda s: s.rejected > 0 and s.calls == 0) >= t["rejected"]:
+        if self._rejected_run >= t["rejected"]:
             return Firing("rejected", step.index, t["rejected"])
         if self._oscillates(t["oscillation"]):
             return Firing("oscillation", step.index, t["oscillation"])
-        if _trailing(w, lambda s: not s.fresh) >= t["idle"]:
+        if self._stale_run >= t["idle"]:
             return Firing("idle", step.index, t["idle"])
         return None
 
     def _oscillates(self, n: int) -> bool:
-        tail = self.window[-n:]
+        w = self.window
+        if len(w) < 4 or w[-1].results != w[-3].results:
+            return False  # the quick refusals: no pattern yet, or the last step breaks it
+        tail = w[-n:]
         if len(tail) < max(n, 4):
             return False
         shapes = [tuple(s.results) for s in tail]

@@ -16,7 +16,9 @@ non-numbers in numeric fields are null. "Last" means last by file line.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from itertools import count
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -88,6 +90,22 @@ class RunSummary:
         return out
 
 
+#: RunSummary's fields in declaration order: what ``pack`` lists and ``unpack`` reads.
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RunSummary))
+_values = attrgetter(*_FIELDS)
+
+
+def pack(summary: RunSummary) -> tuple[Any, ...]:
+    """A summary as the plain tuple of its field values, to send between processes:
+    a tuple pickles and unpickles several times faster than the dataclass does."""
+    return _values(summary)
+
+
+def unpack(values: tuple[Any, ...]) -> RunSummary:
+    """The summary ``pack`` made ``values`` from."""
+    return RunSummary(*values)
+
+
 def text(value: Any) -> str | None:
     """A field read as text: strings as they are, other JSON values as compact JSON."""
     if value is None or isinstance(value, str):
@@ -100,6 +118,8 @@ def text(value: Any) -> str | None:
 
 def number(value: Any) -> int | float | None:
     """A field read as a number: ints stay ints, integral floats become ints."""
+    if type(value) is int:  # the usual case, answered before the general tests
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if isinstance(value, float):
@@ -117,19 +137,26 @@ def flag(value: Any) -> bool | None:
 
 def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None = None, *,
               source: str | None = None, skipped: int = 0) -> RunSummary:
-    """Fold one stream's records (in file order) into a ``RunSummary``."""
+    """Fold one stream's records (in file order) into a ``RunSummary``.
+
+    ``lines`` are the records' file lines, parallel to ``records`` (1, 2, … when
+    None); they only show in the quoted problems.
+    """
     s = RunSummary(source=source, skipped=skipped)
     problems: list[str] = []
     tools_called: list[str] = []
     gate_tools: list[str] = []
     rejected_tools: list[str] = []
-    line_numbers = iter(lines) if lines is not None else None
-    count = 0
+    # The stagnation watch reads four events of the main line. It is fed here as
+    # ``watch.feed(record)`` would feed it, but with a tool result keyed by its
+    # canonical text instead of that text's hash: the fold only compares keys, and
+    # the two are equal exactly together.
     watch = signals.Watch()
-    for record in records:
-        count += 1
-        watch.feed(record)
-        line = next(line_numbers) if line_numbers is not None else count
+    feed, main_line = watch.feed_parts, signals.main_line
+    numbered = zip(records, count(1) if lines is None else lines, strict=False)
+    seen = 0
+    for record, line in numbered:
+        seen += 1
         found = conforms(record)
         if found:
             s.nonconforming += 1
@@ -138,47 +165,109 @@ def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None 
         event = record.get("event")
         if event == "tool_call":
             tools_called.append(text(record.get("tool")))
+            if main_line(record):
+                feed(event)
         elif event == "tool_result":
             if record.get("ok") is False:
                 s.refusals += 1
+            if main_line(record):
+                feed(event, result=call_text(record))
         elif event == "step_started":
             s.steps_started += 1
             if "plan" in record:
                 s.staged = True
             if record.get("injected"):
                 s.injected += 1
+            if main_line(record):
+                feed(event, index=record.get("index"), review=record.get("review"))
         elif event == "reply_rejected":
             s.reply_rejected += 1
             if "tool" in record and record["tool"] is not None:
                 rejected_tools.append(text(record["tool"]))
+            if main_line(record):
+                feed(event)
         elif event == "gate_requested":
             gate_tools.append(text(record.get("tool")))
         elif event == "answer":
             s.answered = True
             s.answer = text(record.get("text"))
         elif event == "grounding":
-            s.grounding_records += 1
-            if record.get("repairing") is not True:
-                s.grounding_verdict = True
-                s.grounding_ran = flag(record.get("ran"))
-                s.grounded = flag(record.get("grounded"))
-                s.verified = flag(record.get("verified"))
-                s.repairs = number(record.get("repairs"))
+            _grounding(s, record)
         elif event == "mission_finished":
             _finish(s, record)
         elif event == "mission_started" and not s.started:
-            s.started = True
-            s.run_id = text(record.get("run_id"))
-            s.protocol = text(record.get("protocol"))
-            s.profile = text(record.get("profile"))
-            s.sandbox = text(record.get("sandbox"))
-    s.records = count
+            _start(s, record)
+    s.records = seen
     s.stagnation, s.stagnation_step = first_firing(watch.firings)
     s.problems = tuple(problems)
     s.tools_called = tuple(tools_called)
     s.gate_tools = tuple(gate_tools)
     s.rejected_tools = tuple(rejected_tools)
     return s
+
+
+def call_text(record: Mapping[str, Any]) -> str:
+    """``signals.canonical(record)``, written by orjson when that gives the same text.
+
+    The stdlib encoder is most of the cost of folding a tool result; orjson
+    writes the same bytes for plain JSON values (see ``_same_in_orjson``), and
+    anything else takes the stdlib path, so the result never differs.
+    """
+    key = signals.call_key(record)
+    if _same_in_orjson(key):
+        try:
+            return orjson.dumps(key, option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONEncodeError:  # an int past 64 bits, a lone surrogate
+            pass
+    return signals.canonical(record)
+
+
+#: Types orjson and the stdlib encoder write alike, whatever the value (an int past
+#: 64 bits makes orjson raise instead, which sends the record the stdlib way).
+_ALIKE: frozenset[type] = frozenset({str, int, bool, type(None)})
+_INF = float("inf")
+
+
+def _same_in_orjson(value: Any) -> bool:
+    """Whether orjson writes ``value`` as sorted compact JSON exactly as the stdlib
+    encoder does: exact JSON types, string keys, and floats outside the band
+    (below 1e-4) where the two spell exponents differently. NaN and infinities
+    fail the float test; what orjson refuses outright it raises on. (Plain loops:
+    this runs for every tool result, and ``all(map(...))`` costs several times more.)"""
+    kind = type(value)
+    if kind in _ALIKE:
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (type(item) not in _ALIKE and not _same_in_orjson(item)):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if type(item) not in _ALIKE and not _same_in_orjson(item):
+                return False
+        return True
+    if kind is float:
+        return value == 0.0 or 1e-4 <= abs(value) < _INF
+    return False
+
+
+def _start(s: RunSummary, record: Mapping[str, Any]) -> None:
+    s.started = True
+    s.run_id = text(record.get("run_id"))
+    s.protocol = text(record.get("protocol"))
+    s.profile = text(record.get("profile"))
+    s.sandbox = text(record.get("sandbox"))
+
+
+def _grounding(s: RunSummary, record: Mapping[str, Any]) -> None:
+    s.grounding_records += 1
+    if record.get("repairing") is not True:
+        s.grounding_verdict = True
+        s.grounding_ran = flag(record.get("ran"))
+        s.grounded = flag(record.get("grounded"))
+        s.verified = flag(record.get("verified"))
+        s.repairs = number(record.get("repairs"))
 
 
 def first_firing(firings: list[signals.Firing]) -> tuple[str | None, int | float | None]:

@@ -70,28 +70,66 @@ def read_events_file(path: Path) -> StreamRead:
         raise EvalkitError(f"{path} is a directory, not an events file") from None
     except OSError as exc:
         raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_text(path, data.decode("utf-8", "replace"))
+    return parse_bytes(path, data)
+
+
+def parse_bytes(source: Path, data: bytes) -> StreamRead:
+    """``parse_text(source, data.decode("utf-8", "replace"))``, without decoding
+    the whole file first: orjson reads UTF-8 bytes itself, so only a line it
+    refuses is decoded (with replacement) and read again as ``parse_text`` would.
+    Splitting before decoding cuts the same lines: no byte of a UTF-8 sequence,
+    valid or not, is a newline."""
+    return _parse(source, data.split(b"\n"))
 
 
 def parse_text(source: Path, text: str) -> StreamRead:
     """Parse a whole stream's text (what ``read_events_file`` does after reading)."""
+    return _parse(source, text.split("\n"))
+
+
+def _parse(source: Path, pieces: list[str] | list[bytes]) -> StreamRead:
+    """``parse_line`` over every line, inlined for the common line (a JSON object)
+    because this loop runs once per line of every scored run."""
     read = StreamRead(source=source)
     records, lines = read.records, read.lines
-    pieces = text.split("\n")
-    if pieces[-1] == "":
+    if not pieces[-1]:
         pieces.pop()  # the newline that ends the last line starts no new line
-    for number, line in enumerate(pieces, start=1):
-        parsed = parse_line(line)
-        if type(parsed) is dict:
-            records.append(parsed)
-            lines.append(number)
-        elif parsed is None:
-            read.blank += 1
-        elif parsed == "torn":
-            read.torn += 1
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+    number = 0
+    for line in pieces:
+        number += 1
+        try:
+            value = loads(line)
+        except decode_error:
+            value = _parse_refused(read, line)
+            if value is None:
+                continue
         else:
-            read.non_object += 1
+            if type(value) is not dict:
+                read.non_object += 1
+                continue
+            if "seq" in value and "event" not in value:  # ``unwrap``, inlined
+                inner = value.get("record")
+                if type(inner) is dict:
+                    value = inner
+        records.append(value)
+        lines.append(number)
     return read
+
+
+def _parse_refused(read: StreamRead, line: str | bytes) -> dict[str, Any] | None:
+    """A line orjson refused, read by ``parse_line`` as text: counted when it is
+    blank or torn; its record when only its bytes were bad (not UTF-8)."""
+    parsed = parse_line(line if isinstance(line, str) else line.decode("utf-8", "replace"))
+    if type(parsed) is dict:
+        return parsed
+    if parsed is None:
+        read.blank += 1
+    elif parsed == "torn":
+        read.torn += 1
+    else:
+        read.non_object += 1
+    return None
 
 
 def read_stream(path: str | Path) -> StreamRead:
