@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from evalkit.eval import verdict as verdict_module
 from evalkit.eval.suite import Mission
 from evalkit.eval.summary import summarize
 from evalkit.eval.verdict import KPI_NAMES, judge
@@ -142,3 +148,23 @@ def test_every_reason_names_the_check_that_wrote_it():
     assert len(v.checks) == len(v.reasons) and set(v.checks) <= set(CHECKS)
     assert judge(mission(), None).checks == ["missing"]
     assert verdict([started()]).checks == ["unfinished"]
+
+
+_PATTERN_TEXT = st.text(alphabet="aAbBsSkK iI_-,'\"#.*+?()[]\\|^$ſKı", max_size=6)
+_ANSWER_TEXT = st.text(alphabet="aAbBsSkK iI_-,'\"#.\nſKıé", max_size=40)
+
+
+@given(body=_PATTERN_TEXT, folded=st.booleans(), answer=_ANSWER_TEXT)
+@example(body="s", folded=True, answer="a long ſ")  # U+017F: no ASCII shortcut
+@example(body="I CANNOT", folded=True, answer="well, i cannot")
+def test_answer_patterns_mean_what_re_search_means(body: str, folded: bool, answer: str) -> None:
+    pattern = ("(?i)" if folded else "") + body
+    try:
+        want: bool | None = re.search(pattern, answer) is not None
+    except re.error:
+        want = None
+    got = verdict_module._search(pattern, answer)
+    if want is None:
+        assert isinstance(got, str) and "does not compile" in got
+    else:
+        assert got is want, (pattern, answer)

@@ -8,6 +8,7 @@ person reading a red CI line should not need to open the stream to know why.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,8 +74,10 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
     if summary.records == 0:
         return _verdict(mission, [("empty_stream", "the stream is empty: the run failed")],
                         missing=False, kpis=kpis_of(summary), source=source)
-    found = _stream_reasons(summary) + machine_reasons(mission, summary)
-    return _verdict(mission, found, missing=False, kpis=kpis_of(summary), source=source)
+    called = _distinct(summary.tools_called)
+    found = _stream_reasons(summary) + machine_reasons(mission, summary, called=called)
+    return _verdict(mission, found, missing=False, kpis=kpis_of(summary, tools=called),
+                    source=source)
 
 
 def _verdict(mission: Mission, found: list[tuple[str, str]], *, missing: bool,
@@ -115,10 +118,14 @@ CHECKS: tuple[str, ...] = (
 )
 
 
-def machine_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
-    """(check, sentence) for every configured machine check that failed."""
+def machine_reasons(m: Mission, s: RunSummary, *,
+                    called: list[str] | None = None) -> list[tuple[str, str]]:
+    """(check, sentence) for every configured machine check that failed.
+
+    ``called`` is the run's distinct tools, when the caller has them already.
+    """
     found: list[tuple[str, str]] = []
-    called = _distinct(s.tools_called)
+    called = _distinct(s.tools_called) if called is None else called
     for tool in m.expects_tools or ():
         if tool not in called:
             found.append(("expects_tools", f"never called {tool}; it called {called!r}"))
@@ -178,11 +185,40 @@ def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
 
 
 def _search(pattern: str, answer: str) -> bool | str:
-    """Whether the pattern is found, or the sentence saying it cannot be used."""
+    """Whether the pattern is found, or the sentence saying it cannot be used.
+
+    The meaning is ``re.search``'s. Most answer patterns are plain words,
+    though, and a case-insensitive regex scan of a long answer that does not
+    contain them is the slowest step of a verdict; those are answered by a
+    substring test that finds exactly what the regex would.
+    """
+    literal, folded = _as_literal(pattern)
+    if literal is not None:
+        if not folded:
+            return literal in answer
+        if answer.isascii():  # no character outside ASCII can fold onto these
+            return literal in answer.lower()
     try:
         return re.search(pattern, answer) is not None
     except re.error as exc:
         return f"the pattern /{pattern}/ does not compile ({exc}); this check cannot pass"
+
+
+#: Characters that stand for themselves in a regex, outside a character class.
+_PLAIN = re.compile(r"[A-Za-z0-9 _,'\":;!@#%&=<>/~-]*")
+
+
+@functools.lru_cache(maxsize=4096)
+def _as_literal(pattern: str) -> tuple[str | None, bool]:
+    """(the text a pattern matches literally, whether case is ignored), or (None, False).
+
+    Only ASCII patterns of plain characters, optionally led by ``(?i)``, qualify.
+    """
+    folded = pattern.startswith("(?i)")
+    body = pattern[4:] if folded else pattern
+    if not _PLAIN.fullmatch(body):
+        return None, False
+    return (body.lower() if folded else body), folded
 
 
 def _distinct(items: tuple[str | None, ...]) -> list[str]:
@@ -197,8 +233,8 @@ def empty_kpis() -> dict[str, Any]:
     return dict.fromkeys(KPI_NAMES)
 
 
-def kpis_of(s: RunSummary) -> dict[str, Any]:
-    """The KPI row of one run, straight from its summary."""
+def kpis_of(s: RunSummary, *, tools: list[str] | None = None) -> dict[str, Any]:
+    """The KPI row of one run, straight from its summary (``tools``: its distinct tools)."""
     gates = len(s.gate_tools)
     return {
         "records": s.records,
@@ -212,7 +248,7 @@ def kpis_of(s: RunSummary) -> dict[str, Any]:
         "completion_tokens": s.completion_tokens,
         "model_calls": s.model_calls,
         "cost": s.cost,
-        "tools": _distinct(s.tools_called),
+        "tools": _distinct(s.tools_called) if tools is None else list(tools),
         "tool_calls": len(s.tools_called),
         "refusals": s.refusals,
         "reply_rejected": s.reply_rejected,
