@@ -40,3 +40,25 @@ def test_bad_sql_and_a_missing_folder_are_one_sentence(tmp_path):
     assert "Traceback" not in bad.output
     missing = runner.invoke(main, ["ingest", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "is not a folder" in missing.stderr
+
+
+def test_score_from_a_dataset_equals_score_from_the_runs(tmp_path):
+    runs = tmp_path / "runs"
+    for key in ("a", "b", "c"):
+        write_stream(runs / key / "events.jsonl", good_run())
+    runner = CliRunner()
+    assert runner.invoke(main, ["ingest", str(runs)]).exit_code == 0
+    # "a" twice: check complains, score still judges both from the one run.
+    suite = write_suite(tmp_path / "s.yaml", [mission("a", expects_tools=["mcp.add"]),
+                                             mission("b", expects_tools=["mcp.echo"]),
+                                             mission("a", expects_tools=["mcp.echo"]),
+                                             mission("d")])
+    common = ["score", "--suite", str(suite), "--json", "--allow-failures"]
+    from_runs = runner.invoke(main, [*common, "--runs", str(runs)])
+    from_dataset = runner.invoke(main, [*common, "--dataset", str(runs / "dataset.parquet")])
+    assert from_runs.exit_code == from_dataset.exit_code == 0, from_dataset.output
+    got = [(v["key"], v["passed"], v["missing"]) for v in json.loads(from_dataset.stdout)["verdicts"]]
+    assert got == [("a", True, False), ("b", False, False), ("a", False, False), ("d", False, True)]
+    strip = lambda report: [{k: v for k, v in verdict.items() if k != "source"}  # noqa: E731
+                            for verdict in json.loads(report)["verdicts"]]
+    assert strip(from_runs.stdout) == strip(from_dataset.stdout)

@@ -73,7 +73,7 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
     from evalkit.eval.check import gate_for_scoring
     from evalkit.eval.score import parse_map
     from evalkit.eval.score import score as score_suite
-    from evalkit.report.markdown import to_json, to_markdown, write_report
+    from evalkit.report.markdown import to_json_bytes, to_markdown, write_report
 
     if runs is None and not mapping and dataset is None:
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
@@ -83,6 +83,11 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
                              split=split, engine=engine).to_dict()
         if report_dir is not None:
             write_report(report, report_dir)
-        click.echo(to_json(report) if as_json else to_markdown(report), nl=False)
+        if as_json:  # bytes straight out: no 150 MB str to decode and encode again
+            stdout = click.get_binary_stream("stdout")
+            stdout.write(to_json_bytes(report))
+            stdout.flush()
+        else:
+            click.echo(to_markdown(report), nl=False)
     if not report["passed"] and not allow_failures:
         sys.exit(1)

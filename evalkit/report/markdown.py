@@ -16,15 +16,21 @@ from evalkit.errors import EvalkitError
 
 
 def to_json(report: dict[str, Any]) -> str:
-    """The report as indented JSON; orjson because a 100k-mission report is ~150 MB.
+    """The report as indented JSON text (see ``to_json_bytes``)."""
+    return to_json_bytes(report).decode()
+
+
+def to_json_bytes(report: dict[str, Any]) -> bytes:
+    """The report as indented UTF-8 JSON; orjson because a 100k-mission report is ~150 MB.
 
     Key order is the report's own (insertion) order. A value orjson cannot
     write (an integer past 64 bits) falls back to the standard library.
     """
     try:
-        return orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE).decode()
+        return orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
     except TypeError:
-        return json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return (json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False)
+                + "\n").encode()
 
 
 def _cell(value: Any) -> str:
@@ -87,7 +93,7 @@ def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         json_path, md_path = folder / "report.json", folder / "report.md"
-        json_path.write_text(to_json(report), encoding="utf-8")
+        json_path.write_bytes(to_json_bytes(report))
         md_path.write_text(to_markdown(report), encoding="utf-8")
     except OSError as exc:
         raise EvalkitError(f"cannot write the report to {folder}: {exc.strerror or exc}") from None
