@@ -18,12 +18,14 @@ def step(index: int, **extra: Any) -> dict:
     return {"event": "step_started", "index": index, **extra}
 
 
-def call(index: int, tool: str, arguments: dict | None = None, **extra: Any) -> list[dict]:
-    arguments = arguments or {}
+def call(index: int, tool: str, arguments: Any = None, *, output: Any = "5",
+         **extra: Any) -> list[dict]:
+    """A tool_call and its successful tool_result (``extra`` rides the call)."""
+    arguments = {} if arguments is None else arguments
     return [
         {"event": "tool_call", "index": index, "tool": tool, "arguments": arguments, **extra},
         {"event": "tool_result", "index": index, "tool": tool, "arguments": arguments,
-         "ok": True, "exit_code": 0, "output": "5", "error": None, "handle": f"r{index}",
+         "ok": True, "exit_code": 0, "output": output, "error": None, "handle": f"r{index}",
          "truncated": False},
     ]
 

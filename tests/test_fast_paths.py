@@ -30,6 +30,7 @@ from evalkit.eval.summary import (
     unpack,
 )
 from evalkit.store.reader import parse_bytes, parse_text
+from tests._stream_builders import call
 
 # --- conforms: the one-pass test never hides a problem the full check finds ---------
 
@@ -188,12 +189,7 @@ def _streams(draw: st.DrawFn) -> list[dict[str, Any]]:
         shape = draw(_STEP)
         calls = shape if isinstance(shape, list) else [draw(_CALLS)] if shape == "call+rejected" else []
         for tool, arguments, output in calls:
-            records.append({"event": "tool_call", "index": index, "tool": tool,
-                            "arguments": arguments})
-            records.append({"event": "tool_result", "index": index, "tool": tool,
-                            "arguments": arguments, "ok": True, "exit_code": 0,
-                            "output": output, "error": None, "handle": f"r{index}",
-                            "truncated": False})
+            records.extend(call(index, tool, arguments, output=output))
         if shape in ("rejected", "call+rejected"):
             records.append({"event": "reply_rejected", "index": index, "problem": "p"})
         if draw(st.integers(0, 9)) == 0:

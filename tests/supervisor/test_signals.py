@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalkit.signals import THRESHOLDS, Watch, fingerprint, stagnation
+from tests._stream_builders import call
 
 Call = tuple[str, dict[str, Any], str]
 
@@ -24,12 +25,7 @@ def stream(*steps: list[Call] | str | None, reviews: dict[int, dict] | None = No
             records.append({"event": "reply_rejected", "index": index, "problem": "not JSON"})
         elif step:
             for tool, arguments, output in step:
-                records.append({"event": "tool_call", "index": index, "tool": tool,
-                                "arguments": arguments})
-                records.append({"event": "tool_result", "index": index, "tool": tool,
-                                "arguments": arguments, "ok": True, "exit_code": 0,
-                                "output": output, "error": None, "handle": f"r{index}",
-                                "truncated": False})
+                records.extend(call(index, tool, arguments, output=output))
     if branch is not None:
         for record in records[1:]:
             record["branch"] = branch
