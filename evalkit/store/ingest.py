@@ -313,7 +313,8 @@ _TOOL_SQL = _plain_sql(
 # --- driving it ----------------------------------------------------------------
 
 class Derivation(Protocol):
-    """Extra tables computed from each batch's ``events`` and ``runs`` tables.
+    """Extra tables computed from each batch: its ``events`` and ``runs`` tables, and
+    ``texts``, each events file's text as the reader decodes it (parallel to ``runs``).
 
     ``schemas`` names the tables and their shapes; ``manifest`` is merged into
     the dataset's manifest (say what version of the derivation wrote them).
@@ -323,8 +324,8 @@ class Derivation(Protocol):
     schemas: dict[str, pa.Schema]
     manifest: dict[str, Any]
 
-    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table,
-                 runs: pa.Table) -> list[tuple[str, pa.Table]]: ...
+    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table, runs: pa.Table,
+                 texts: list[str]) -> list[tuple[str, pa.Table]]: ...
 
 
 @dataclass
@@ -623,7 +624,7 @@ def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: _Batch,
     write("runs", runs)
     write("events", events)
     if derive is not None:
-        out.extend(derive(con, events, runs))
+        out.extend(derive(con, events, runs, batch.events))
     for name, sql, contents, row, fields, schema, file in (
         ("model_calls", _MODEL_SQL, batch.models, _plain_row(ds.model_columns), _MODEL_FIELDS,
          ds.MODEL_SCHEMA, MODEL_FILE),
