@@ -161,15 +161,23 @@ def locate(missions: list[Mission], runs: Path | None,
 
 
 def _locate_one(key: str, target: Path, label: str | None, base: Path | None) -> Located:
-    if not target.exists():
-        return Located(key, None, label, "not run")
     events = resolve_events(target)
-    shown = label or target.name
     if events is None:
+        if not os.path.exists(target):
+            return Located(key, None, label, "not run")
+        shown = label or target.name
         return Located(key, None, label, f"no stream: no events.jsonl in {shown} or two levels below it")
     if label is None and base is not None:
-        label = events.relative_to(base).as_posix()
+        label = _relative_posix(events, base)
     return Located(key, events, label or events.as_posix())
+
+
+def _relative_posix(path: Path, base: Path) -> str:
+    """``path.relative_to(base).as_posix()`` for a path found below ``base``, minus pathlib's cost."""
+    text, prefix = os.fspath(path), os.path.join(os.fspath(base), "")
+    if text.startswith(prefix) and os.sep == "/":
+        return text[len(prefix):]
+    return path.relative_to(base).as_posix()
 
 
 def summaries_python(located: list[Located], *, workers: int | None = None
