@@ -183,3 +183,34 @@ def test_newer_dataset_version_is_refused(tmp_path: Path) -> None:
     (out / "dataset.json").write_text(json.dumps({**manifest, "version": 99}))
     with pytest.raises(EvalkitError, match="version 99"):
         summaries_from_dataset(out)
+
+
+def test_a_damaged_kept_table_falls_back_to_the_events(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    want = reference(runs, sorted(runs.glob("*/events.jsonl")))
+    out = tables.ingest(runs).out
+    assert stored_summaries_current(out)
+    (out / "summaries.parquet").write_bytes(b"not parquet, though the stamp is current")
+    _assert_equal(summaries_from_dataset(out), want)
+
+
+def test_a_damaged_events_table_is_one_sentence(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    out = ingest(runs).out  # no kept summaries: scoring must read the events
+    (out / "events.parquet").write_bytes(b"garbage")
+    with pytest.raises(EvalkitError) as caught:
+        summaries_from_dataset(out)
+    message = caught.value.message
+    assert "\n" not in message and "re-create it with `evalkit ingest`" in message
+
+
+def test_sql_over_a_damaged_dataset_is_one_sentence(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "a", [bare({"event": "step_started", "index": 1})])
+    out = tables.ingest(runs).out
+    (out / "runs.parquet").write_bytes(b"garbage")
+    with pytest.raises(EvalkitError) as caught:
+        query(out, "SELECT count(*) FROM runs")
+    assert "\n" not in caught.value.message and "runs.parquet" in caught.value.message

@@ -326,20 +326,31 @@ def _check_manifest(folder: Path) -> dict[str, Any]:
     return info
 
 
-def open_dataset(path: Path) -> duckdb.DuckDBPyConnection:
+def open_dataset(path: Path, *, kept: bool = True) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with views runs, events, model_calls, tool_calls,
-    and ``summaries`` when the dataset keeps current ones."""
+    and ``summaries`` when the dataset keeps current ones (and ``kept`` is true)."""
     import duckdb
 
     folder = Path(path)
     info = _check_manifest(folder)
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
-    views = [*ds.TABLES, *([SUMMARIES] if _kept_summaries_current(folder, info) else [])]
+    views = [*ds.TABLES,
+             *([SUMMARIES] if kept and _kept_summaries_current(folder, info) else [])]
     for table in views:
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
-                    f"{_sql_path(folder / f'{table}.parquet')})")
+        try:
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
+                        f"{_sql_path(folder / f'{table}.parquet')})")
+        except duckdb.Error as exc:
+            con.close()
+            raise EvalkitError(f"cannot read the dataset {folder}: {table}.parquet: "
+                               f"{_first_line(exc)}; re-create it with `evalkit ingest`") from None
     return con
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def stored_summaries_current(dataset: Path) -> bool:
@@ -357,24 +368,39 @@ def summaries_from_dataset(dataset: Path, *, stored: bool = True) -> dict[str, R
     """Every stream of a dataset folder, summarised; keyed by events path (relative to the root).
 
     ``stored`` reads the summaries ingest kept when they are current; otherwise
-    (or with ``stored=False``) the aggregate query runs over the events.
+    (or with ``stored=False``, or when the kept table cannot be read) the
+    aggregate query runs over the events. A dataset whose tables cannot be
+    read is one ``EvalkitError`` sentence.
     """
+    import duckdb
+
     dataset = Path(dataset)
     if stored and stored_summaries_current(dataset):
-        import pyarrow.parquet as pq
-
-        # ParquetFile, not read_table: the latter loads pyarrow.dataset and pandas (0.2 s).
-        table = pq.ParquetFile(dataset / f"{SUMMARIES}.parquet").read(
-            columns=["events_path", "summary"])
-        paths = table.column("events_path").to_pylist()
-        data = table.column("summary").to_pylist()
-        found = {path: _stored_summary(path, text) for path, text in zip(paths, data, strict=True)}
-        return dict(sorted(found.items()))
-    con = open_dataset(dataset)
+        try:
+            return _kept_summaries(dataset)
+        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache: the events below still say everything
     try:
-        return _summaries(con)
-    finally:
-        con.close()
+        con = open_dataset(dataset, kept=False)  # the aggregate reads runs and events only
+        try:
+            return _summaries(con)
+        finally:
+            con.close()
+    except duckdb.Error as exc:
+        raise EvalkitError(f"cannot read the dataset {dataset}: {_first_line(exc)}; "
+                           "re-create it with `evalkit ingest`") from None
+
+
+def _kept_summaries(dataset: Path) -> dict[str, RunSummary]:
+    import pyarrow.parquet as pq
+
+    # ParquetFile, not read_table: the latter loads pyarrow.dataset and pandas (0.2 s).
+    table = pq.ParquetFile(dataset / f"{SUMMARIES}.parquet").read(
+        columns=["events_path", "summary"])
+    paths = table.column("events_path").to_pylist()
+    data = table.column("summary").to_pylist()
+    found = {path: _stored_summary(path, text) for path, text in zip(paths, data, strict=True)}
+    return dict(sorted(found.items()))
 
 
 # --- straight from JSONL -------------------------------------------------------
