@@ -22,10 +22,14 @@ from evalkit.runtime.protocol import Answer, Call, Item, Protocol, Rejection
 _DECODER = json.JSONDecoder()
 
 
-def find_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
-    """The one ``tool``/``answer`` object in ``text``, or None and the problem."""
-    found: list[dict[str, Any]] = []
-    others = 0
+def embedded_objects(text: str | None) -> tuple[list[Any], json.JSONDecodeError | None]:
+    """Every top-level JSON value that opens with ``{`` in ``text`` (what a fence or a
+    sentence wraps), and the first decoding error met on the way (None if none).
+
+    The one scanner for JSON inside model prose: replies, plans, routes, reviews.
+    """
+    text = text or ""
+    values: list[Any] = []
     first_error: json.JSONDecodeError | None = None
     at = text.find("{")
     while at >= 0:
@@ -35,11 +39,16 @@ def find_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
             first_error = first_error or exc
             at = text.find("{", at + 1)
             continue
-        if isinstance(value, dict) and ("tool" in value or "answer" in value):
-            found.append(value)
-        else:
-            others += 1
+        values.append(value)
         at = text.find("{", end)
+    return values, first_error
+
+
+def find_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The one ``tool``/``answer`` object in ``text``, or None and the problem."""
+    values, first_error = embedded_objects(text)
+    found = [v for v in values if isinstance(v, dict) and ("tool" in v or "answer" in v)]
+    others = len(values) - len(found)
     if len(found) == 1:
         return found[0], None
     if len(found) > 1:

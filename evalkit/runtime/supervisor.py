@@ -35,6 +35,7 @@ from typing import Any
 from evalkit import signals
 from evalkit.runtime import prompts
 from evalkit.runtime.backends import Reply
+from evalkit.runtime.json_protocol import embedded_objects
 
 #: Reviews a run may have.
 MAX_REVIEWS = 3
@@ -42,7 +43,6 @@ MAX_REVIEWS = 3
 REVIEW_STEPS = 8
 _SHOWN = 240
 
-_DECODER = json.JSONDecoder()
 
 #: Asks the model once with these messages (a plain call); None when the call failed.
 Ask = Callable[[list[dict[str, Any]]], Reply | None]
@@ -170,19 +170,11 @@ def read_verdict(content: str | None) -> tuple[str | None, str | None]:
     The reply must hold a JSON object with ``verdict`` one of progressing,
     nudge, stuck (case and surrounding prose ignored); ``note`` is optional.
     """
-    text = content or ""
-    at = text.find("{")
-    while at >= 0:
-        try:
-            value, end = _DECODER.raw_decode(text, at)
-        except json.JSONDecodeError:
-            at = text.find("{", at + 1)
-            continue
+    for value in embedded_objects(content)[0]:
         if isinstance(value, dict) and isinstance(value.get("verdict"), str):
             verdict = value["verdict"].strip().lower()
             if verdict in signals.VERDICTS:
                 note = value.get("note")
                 note = note.strip() if isinstance(note, str) and note.strip() else None
                 return verdict, note
-        at = text.find("{", end)
     return None, None

@@ -20,15 +20,15 @@ A plan is ``{"steps": [{"id", "goal", "rung", "needs"?}, …]}``:
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.runtime.json_protocol import embedded_objects
+
 #: The most steps a plan may have; a longer one is refused (the run goes direct).
 MAX_STEPS = 8
 
-_DECODER = json.JSONDecoder()
 _ID = re.compile(r"s[1-9][0-9]*")
 
 
@@ -73,18 +73,7 @@ class Plan:
 
 def objects(text: str | None) -> list[Any]:
     """Every top-level JSON object in ``text`` (what a fence or a sentence wraps)."""
-    text = text or ""
-    found: list[Any] = []
-    at = text.find("{")
-    while at >= 0:
-        try:
-            value, end = _DECODER.raw_decode(text, at)
-        except json.JSONDecodeError:
-            at = text.find("{", at + 1)
-            continue
-        found.append(value)
-        at = text.find("{", end)
-    return found
+    return embedded_objects(text)[0]
 
 
 def read_route(text: str | None) -> tuple[bool, str]:
