@@ -2,33 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Scoring builds a few objects per mission and frees none of them until the end.
-
-    With 100k missions, Python's cycle collector would walk that growing heap
-    again and again (reading 10k kept summaries took 1.2 s with it, 0.3 s
-    without); nothing here makes cycles worth collecting before the process exits.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            # Re-enabled as is, the collector's first pass would walk everything
-            # scoring built (most of a second at 100k missions): freeze it first.
-            gc.freeze()
-            gc.enable()
+from evalkit.gcpause import collector_paused
 
 
 @click.command()
@@ -77,7 +56,7 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
 
     if runs is None and not mapping and dataset is None:
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
-    with _no_cyclic_gc():
+    with collector_paused():
         suite = gate_for_scoring(suite_path, warn=lambda line: click.echo(line, err=True))
         report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
                              split=split, engine=engine).to_dict()

@@ -41,13 +41,10 @@ relative paths into paths. Any other unknown key is refused.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import difflib
-import gc
 import json
 import re
-from collections.abc import Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -55,6 +52,7 @@ from typing import Any
 import yaml
 
 from evalkit.errors import EvalkitError
+from evalkit.gcpause import collector_paused
 
 #: The capability vocabulary every suite starts from.
 CAPABILITIES: tuple[str, ...] = (
@@ -217,27 +215,8 @@ class SuiteError(EvalkitError):
 
 def load_suite(path: str | Path) -> Suite:
     """Read a suite file (or a directory holding one); raise ``SuiteError`` if it is not one."""
-    with _collector_paused():
+    with collector_paused():
         return _load(_suite_file(Path(path)))
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cycle collector while a suite is parsed and built.
-
-    Loading allocates a few containers per mission field and frees none, the
-    collector's worst case: each of its full passes walks everything built so
-    far (a third of the time to load 10,000 missions). The collector is only
-    delayed: any cycle (a recursive YAML alias) is collected once it resumes.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _load(file: Path) -> Suite:
