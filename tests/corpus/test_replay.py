@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.eval.suite import load_suite
+from tests._offline import blocking_site
 from tests.corpus.conftest import (
     IDS,
     RECORDINGS,
@@ -34,23 +35,6 @@ from tests.corpus.conftest import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("corpus_present")]
-
-BLOCK_SOCKETS = '''
-import socket
-
-class _NoNetwork(socket.socket):
-    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
-        if family != socket.AF_UNIX and fileno is None:
-            raise OSError("network blocked by the corpus replay test")
-        super().__init__(family, type, proto, fileno)
-
-def _refuse(*args, **kwargs):
-    raise OSError("network blocked by the corpus replay test")
-
-socket.socket = _NoNetwork
-socket.create_connection = _refuse
-socket.getaddrinfo = _refuse
-'''
 
 
 def _namespace() -> list[str]:
@@ -73,10 +57,7 @@ def _env(site: Path) -> dict[str, str]:
 def replays(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """Every recording replayed; returns the replays' root and each replay's stdout."""
     root = tmp_path_factory.mktemp("replays")
-    site = root / "blocked-site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(BLOCK_SOCKETS, encoding="utf-8")
-    env = _env(site)
+    env = _env(blocking_site(root / "blocked-site"))
     control = subprocess.run(
         [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
         env=env, capture_output=True, text=True, timeout=60, check=False)

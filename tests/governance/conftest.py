@@ -25,14 +25,21 @@ from evalkit.runtime.governance import ApprovalStore, AuditLog, Governor, Manife
 from evalkit.runtime.tools import Bwrap, NoSandbox, ResultStore, ToolPlane
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
-from tests._agent import STUB, answer, call, read_jsonl, write_script  # noqa: F401 (re-exported)
+from tests._agent import (  # noqa: F401 (re-exported)
+    STUB,
+    LeftBehind,
+    answer,
+    call,
+    read_jsonl,
+    write_script,
+)
 
 needs_bwrap = pytest.mark.skipif(not Bwrap.available(),
                                  reason="bubblewrap (bwrap) is not installed")
 
 
 @dataclass
-class Governed:
+class Governed(LeftBehind):
     """One finished governed mission and what it left behind."""
 
     outcome: RunOutcome
@@ -43,13 +50,6 @@ class Governed:
     approvals: ApprovalStore | None
     audit_dir: Path | None
     stderr: list[str] = field(default_factory=list)
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["event"] == name]
-
-    @property
-    def names(self) -> list[str]:
-        return [r["event"] for r in self.records]
 
     @property
     def started(self) -> dict[str, Any]:

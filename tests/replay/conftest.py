@@ -21,7 +21,7 @@ import pytest
 from evalkit.contract import conforms
 from evalkit.runtime.mission import Launched, MissionSettings, launch
 from evalkit.store.reader import read_stream
-from tests._agent import STUB, answer, call, read_jsonl  # noqa: F401 (re-exported)
+from tests._agent import STUB, LeftBehind, answer, call, read_jsonl  # noqa: F401 (re-exported)
 
 #: Fields that name or time a run rather than say what happened in it.
 ID_FIELDS = ("run_id", "elapsed_s", "audit_ref", "approval_id")
@@ -40,7 +40,7 @@ def digest(directory: Path) -> dict[str, str]:
 
 
 @dataclass
-class Done:
+class Done(LeftBehind):
     """A finished launch and what it left behind."""
 
     launched: Launched
@@ -54,16 +54,6 @@ class Done:
     def meta(self) -> dict[str, Any]:
         return json.loads((self.run_dir / "meta.json").read_text(encoding="utf-8"))["meta"]
 
-    @property
-    def model_calls(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.run_dir / "model.jsonl")
-
-    @property
-    def tool_lines(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.run_dir / "tools.jsonl")
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["event"] == name]
 
 
 @dataclass

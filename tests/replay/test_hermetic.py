@@ -19,31 +19,13 @@ from pathlib import Path
 import pytest
 
 from evalkit.runtime.mission import MissionSettings
+from tests._offline import blocking_site
 from tests.replay.conftest import STUB, Lab, digest, read_jsonl, without_ids
 from tests.runtime.chat_server import ChatServer
 
-BLOCK_SOCKETS = '''
-import socket
-
-class _NoNetwork(socket.socket):
-    def __init__(self, family=-1, type=-1, proto=-1, fileno=None):
-        if family != socket.AF_UNIX and fileno is None:
-            raise OSError("network blocked by the hermetic replay test")
-        super().__init__(family, type, proto, fileno)
-
-def _refuse(*args, **kwargs):
-    raise OSError("network blocked by the hermetic replay test")
-
-socket.socket = _NoNetwork
-socket.create_connection = _refuse
-socket.getaddrinfo = _refuse
-'''
-
 
 def _blocked_env(lab: Lab) -> dict[str, str]:
-    site = lab.root / "blocked-site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(BLOCK_SOCKETS, encoding="utf-8")
+    site = blocking_site(lab.root / "blocked-site")
     path = os.pathsep.join([str(site), str(Path.cwd()), os.environ.get("PYTHONPATH", "")])
     env = lab.env(PYTHONPATH=path)
     for name in ("OPENAI_API_KEY", "EVALKIT_API_KEY", "EVALKIT_API_BASE", "EVALKIT_MODEL"):

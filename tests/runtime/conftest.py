@@ -24,31 +24,17 @@ from evalkit.runtime.tools import NoSandbox, ResultStore, ToolPlane
 from evalkit.store.reader import read_stream
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
-from tests._agent import STUB, read_jsonl  # noqa: F401 (re-exported)
+from tests._agent import STUB, LeftBehind, read_jsonl  # noqa: F401 (re-exported)
 
 
 @dataclass
-class Mission:
+class Mission(LeftBehind):
     """One finished mission and everything it left behind."""
 
     outcome: RunOutcome
     records: list[dict[str, Any]]
     run_dir: Path | None
 
-    def events(self, name: str) -> list[dict[str, Any]]:
-        return [r for r in self.records if r["event"] == name]
-
-    @property
-    def names(self) -> list[str]:
-        return [r["event"] for r in self.records]
-
-    @property
-    def model_calls(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.run_dir / "model.jsonl") if self.run_dir else []
-
-    @property
-    def tool_lines(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.run_dir / "tools.jsonl") if self.run_dir else []
 
 
 def check_recording(mission: Mission) -> None:

@@ -33,7 +33,7 @@ from evalkit.runtime.tools import NoSandbox, ResultStore, ToolPlane
 from evalkit.store.reader import read_stream
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
-from tests._agent import STUB, answer, call, read_jsonl  # noqa: F401 (re-exported)
+from tests._agent import STUB, LeftBehind, answer, call, read_jsonl  # noqa: F401 (re-exported)
 
 SKILL = Path(__file__).resolve().parents[2] / "suites" / "stub" / "SKILL.md"
 REVENUE = "What was the Q3 2024 revenue in EUR?"
@@ -70,7 +70,7 @@ DIRECT = [call("mcp.read_asset", asset_id="asset.7f3a"),
 
 
 @dataclass
-class Done:
+class Done(LeftBehind):
     """One finished swarm mission and what it left behind."""
 
     records: list[dict[str, Any]]
@@ -92,13 +92,6 @@ class Done:
         assert self.run_dir is not None
         return json.loads((self.run_dir / "meta.json").read_text(encoding="utf-8"))["meta"]
 
-    @property
-    def model_calls(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.run_dir / "model.jsonl") if self.run_dir else []
-
-    @property
-    def tool_lines(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.run_dir / "tools.jsonl") if self.run_dir else []
 
     def branch_of_calls(self) -> list[tuple[str, str | None]]:
         return [(c["kind"], c["request"]["extra"].get("branch")) for c in self.model_calls]
