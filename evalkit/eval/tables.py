@@ -372,14 +372,14 @@ def summaries_from_dataset(dataset: Path, *, stored: bool = True) -> dict[str, R
     aggregate query runs over the events. A dataset whose tables cannot be
     read is one ``EvalkitError`` sentence.
     """
-    import duckdb
-
     dataset = Path(dataset)
     if stored and stored_summaries_current(dataset):
         try:
             return _kept_summaries(dataset)
         except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
             pass  # a damaged cache: the events below still say everything
+    import duckdb  # only here: reading kept summaries needs no DuckDB
+
     try:
         con = open_dataset(dataset, kept=False)  # the aggregate reads runs and events only
         try:
