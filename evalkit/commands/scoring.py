@@ -52,21 +52,32 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
     from evalkit.eval.check import gate_for_scoring
     from evalkit.eval.score import parse_map
     from evalkit.eval.score import score as score_suite
-    from evalkit.report.markdown import to_json_bytes, to_markdown, write_report
+    from evalkit.report.markdown import Rendered, to_json_bytes, to_markdown, write_rendered
 
     if runs is None and not mapping and dataset is None:
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
     with collector_paused():
-        suite = gate_for_scoring(suite_path, warn=lambda line: click.echo(line, err=True))
-        report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
-                             split=split, engine=engine).to_dict()
+        rendered = None
+        if dataset is not None and runs is None and not mapping:
+            from evalkit.eval.fanout import score_rendered
+
+            rendered = score_rendered(suite_path, dataset, split,
+                                      want_json=as_json or report_dir is not None,
+                                      want_markdown=not as_json or report_dir is not None)
+        if rendered is None:
+            suite = gate_for_scoring(suite_path, warn=lambda line: click.echo(line, err=True))
+            report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
+                                 split=split, engine=engine).to_dict()
+            rendered = Rendered(report["passed"],
+                                [to_json_bytes(report)] if as_json or report_dir else None,
+                                to_markdown(report) if not as_json or report_dir else None)
         if report_dir is not None:
-            write_report(report, report_dir)
+            write_rendered(report_dir, rendered.json, rendered.markdown)
         if as_json:  # bytes straight out: no 150 MB str to decode and encode again
             stdout = click.get_binary_stream("stdout")
-            stdout.write(to_json_bytes(report))
+            stdout.writelines(rendered.json)
             stdout.flush()
         else:
-            click.echo(to_markdown(report), nl=False)
-    if not report["passed"] and not allow_failures:
+            click.echo(rendered.markdown, nl=False)
+    if not rendered.passed and not allow_failures:
         sys.exit(1)

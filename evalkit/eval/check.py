@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalkit import contract
@@ -329,7 +329,64 @@ def _flag_problems(tokens: tuple[str, ...], rules: _Rules) -> Iterable[str]:
 # -- the suite as a whole ----------------------------------------------------
 
 
+@dataclass
+class Tally:
+    """What the suite-wide rules need of the missions; tallies of shares of a suite add up."""
+
+    total: int = 0
+    held: int = 0
+    captured: set[str] = field(default_factory=set)
+    keys: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, missions: Iterable[Mission]) -> Tally:
+        tally = cls()
+        for m in missions:
+            tally.total += 1
+            tally.held += m.split == "test"
+            tally.captured.add(m.flag)
+            tally.keys.add(m.key)
+        return tally
+
+    def add(self, other: Tally) -> None:
+        self.total += other.total
+        self.held += other.held
+        self.captured |= other.captured
+        self.keys |= other.keys
+
+
+class ShareCheck:
+    """The per-mission rules over runs of a suite's missions, as they arrive.
+
+    For a fan-out: each process checks its share and keeps the tally; the
+    suite-wide rules and keys repeated across shares are the caller's
+    (``suite_problems`` over the summed tallies). ``suite`` gives the
+    suite's own fields; its missions are not looked at.
+    """
+
+    def __init__(self, suite: Suite) -> None:
+        self.rules = _Rules.of(suite)
+        self.tally = Tally()
+
+    def clean(self, missions: Iterable[Mission]) -> bool:
+        """False when a mission breaks a rule or repeats a key seen so far: check the whole."""
+        rules, tally = self.rules, self.tally
+        for m in missions:
+            tally.total += 1
+            tally.held += m.split == "test"
+            tally.captured.add(m.flag)
+            tally.keys.add(m.key)
+            if len(tally.keys) != tally.total or not _clean(rules, m):
+                return False
+        return True
+
+
 def _suite_problems(suite: Suite) -> Iterable[str]:
+    return suite_problems(suite, Tally.of(suite.missions))
+
+
+def suite_problems(suite: Suite, tally: Tally) -> Iterable[str]:
+    """The suite-wide rules, over ``suite``'s own fields and the tally of all its missions."""
     pattern = _compile(suite.identifier_pattern)
     if isinstance(pattern, str):
         yield (f"suite field 'identifier_pattern': {suite.identifier_pattern!r} "
@@ -338,20 +395,20 @@ def _suite_problems(suite: Suite) -> Iterable[str]:
     for flag in suite.claimed_flags or ():
         if flag not in suite.vocabulary:
             yield f"suite field 'flags': {flag!r} is not in the vocabulary ({vocabulary})"
-    captured = {m.flag for m in suite.missions}
+    captured = tally.captured
     claimed_by = "claimed" if suite.claimed_flags is not None else \
         "in the vocabulary, which a suite without 'flags' claims whole"
     for flag in dict.fromkeys(suite.claimed):
         if flag in suite.vocabulary and flag not in captured:
             yield f"suite field 'flags': no mission captures {flag!r}, {claimed_by}"
-    total, held = len(suite.missions), len(suite.split_of("test"))
+    total, held = tally.total, tally.held
     if held < MIN_TEST_MISSIONS:
         yield (f"suite field 'missions': only {held} test mission{'s' if held != 1 else ''}; "
                f"hold out at least {MIN_TEST_MISSIONS} with split: test")
     if total and not _share_ok(held, total):
         yield (f"suite field 'missions': {held} of {total} missions held out "
                f"({round(100 * held / total)}%); the test share must be 25% to 40%")
-    keys = {m.key for m in suite.missions}
+    keys = tally.keys
     for index, change in enumerate(suite.rubric_changes):
         where = f"rubric change #{index + 1}"
         for name in ("date", "key", "what", "why"):

@@ -8,7 +8,9 @@ cannot show 100%.
 
 from __future__ import annotations
 
+import math
 import os
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -55,28 +57,51 @@ class ScoreReport:
 
     def halves(self) -> dict[str, dict[str, Any]]:
         """Totals per half, and per flag within each half (one pass over the verdicts)."""
-        wanted = [half for half in SPLITS if self.split in ("all", half)]
-        whole = {half: _Totals() for half in wanted}
-        by_flag: dict[str, dict[str, _Totals]] = {half: {} for half in wanted}
-        for v in self.verdicts:
-            if v.split in whole:
-                whole[v.split].add(v)
-                flags = by_flag[v.split]
-                (flags.get(v.flag) or flags.setdefault(v.flag, _Totals())).add(v)
-        return {half: {"totals": whole[half].as_dict(),
-                       "by_flag": {flag: t.as_dict() for flag, t in sorted(by_flag[half].items())}}
-                for half in wanted}
+        return halves_dict(tally_halves(self.verdicts, self.split))
+
+    def head(self) -> dict[str, Any]:
+        """The report without its verdicts (they go last, so a fan-out can stitch them on)."""
+        return report_head(self.suite, self.split, self.all_passed, self.halves())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": REPORT_FORMAT,
-            "version": REPORT_VERSION,
-            "suite": self.suite,
-            "split": self.split,
-            "passed": self.all_passed,
-            "halves": self.halves(),
-            "verdicts": [v.as_dict() for v in self.verdicts],
-        }
+        return {**self.head(), "verdicts": [v.as_dict() for v in self.verdicts]}
+
+
+#: Per half: the half's totals, and its totals per flag.
+HalfTotals = dict[str, tuple["_Totals", dict[str, "_Totals"]]]
+
+
+def tally_halves(verdicts: Iterable[Verdict], split: str) -> HalfTotals:
+    """Running totals of ``verdicts`` per half and flag; those of shares of a report add up."""
+    found: HalfTotals = {half: (_Totals(), {}) for half in SPLITS if split in ("all", half)}
+    for v in verdicts:
+        if v.split in found:
+            whole, flags = found[v.split]
+            whole.add(v)
+            (flags.get(v.flag) or flags.setdefault(v.flag, _Totals())).add(v)
+    return found
+
+
+def merge_halves(into: HalfTotals, other: HalfTotals) -> None:
+    for half, (whole, flags) in other.items():
+        mine, my_flags = into[half]
+        mine.merge(whole)
+        for flag, t in flags.items():
+            if flag in my_flags:
+                my_flags[flag].merge(t)
+            else:
+                my_flags[flag] = t
+
+
+def halves_dict(found: HalfTotals) -> dict[str, dict[str, Any]]:
+    return {half: {"totals": whole.as_dict(),
+                   "by_flag": {flag: t.as_dict() for flag, t in sorted(flags.items())}}
+            for half, (whole, flags) in found.items()}
+
+
+def report_head(suite: str, split: str, passed: bool, halves: dict[str, Any]) -> dict[str, Any]:
+    return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "suite": suite, "split": split,
+            "passed": passed, "halves": halves}
 
 
 def totals(verdicts: list[Verdict]) -> dict[str, Any]:
@@ -88,16 +113,22 @@ def totals(verdicts: list[Verdict]) -> dict[str, Any]:
 
 
 class _Totals:
-    """Running counts and sums of one group; ``as_dict`` is what a report shows."""
+    """Running counts and sums of one group; ``as_dict`` is what a report shows.
 
-    __slots__ = ("missions", "missing", "passed", "human", "rejected", "sums", "counts")
+    Integer KPIs are summed exactly and float ones kept and summed with
+    ``math.fsum`` (exactly rounded), so a mean does not depend on the order
+    the verdicts came in or on how a fan-out split them.
+    """
+
+    __slots__ = ("missions", "missing", "passed", "human", "rejected", "ints", "floats", "counts")
 
     #: The means a report shows, and the KPI each is taken over (scored runs that carry it).
     MEANS = (("mean_steps", "steps"), ("mean_wall_s", "elapsed_s"), ("mean_tokens", "tokens"))
 
     def __init__(self) -> None:
         self.missions = self.missing = self.passed = self.human = self.rejected = 0
-        self.sums = [0, 0, 0]
+        self.ints = [0, 0, 0]
+        self.floats: list[array[float]] = [array("d"), array("d"), array("d")]
         self.counts = [0, 0, 0]
 
     def add(self, v: Verdict) -> None:
@@ -110,10 +141,29 @@ class _Totals:
         for i, (_, name) in enumerate(self.MEANS):
             value = kpis[name]
             if value is not None:
-                self.sums[i] += value
+                if type(value) is int:
+                    self.ints[i] += value
+                else:
+                    self.floats[i].append(value)
                 self.counts[i] += 1
         self.human += kpis["human_interventions"] or 0
         self.rejected += kpis["reply_rejected"] or 0
+
+    def merge(self, other: _Totals) -> None:
+        self.missions += other.missions
+        self.missing += other.missing
+        self.passed += other.passed
+        self.human += other.human
+        self.rejected += other.rejected
+        for i in range(len(self.MEANS)):
+            self.ints[i] += other.ints[i]
+            self.floats[i].extend(other.floats[i])
+            self.counts[i] += other.counts[i]
+
+    def _sum(self, i: int) -> int | float:
+        if not self.floats[i]:
+            return self.ints[i]
+        return math.fsum([*self.floats[i], self.ints[i]])
 
     def as_dict(self) -> dict[str, Any]:
         n = self.missions
@@ -126,7 +176,7 @@ class _Totals:
             "success_rate": round(self.passed / n, 4) if n else None,
         }
         for i, (mean, _) in enumerate(self.MEANS):
-            out[mean] = round(self.sums[i] / self.counts[i], 3) if self.counts[i] else None
+            out[mean] = round(self._sum(i) / self.counts[i], 3) if self.counts[i] else None
         out["human_interventions"] = self.human
         out["reply_rejected"] = self.rejected
         return out

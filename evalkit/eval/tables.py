@@ -21,6 +21,7 @@ Also here: ``open_dataset`` (views over a dataset folder) and ``query``, what
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import os
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -268,10 +270,9 @@ def _stored_summary(events_path: str, data: str) -> RunSummary:
     for name in _TUPLE_FIELDS:
         if name in fields:
             fields[name] = tuple(fields[name])
+    fields["source"] = events_path
     summary = RunSummary.__new__(RunSummary)
-    summary.__dict__.update(_DEFAULTS)
-    summary.__dict__.update(fields)
-    summary.source = events_path
+    summary.__dict__ = fields  # a field left out reads its default from the class
     return summary
 
 
@@ -401,6 +402,52 @@ def _kept_summaries(dataset: Path) -> dict[str, RunSummary]:
     data = table.column("summary").to_pylist()
     found = {path: _stored_summary(path, text) for path, text in zip(paths, data, strict=True)}
     return dict(sorted(found.items()))
+
+
+class KeptSummaries:
+    """A dataset's kept summaries, each decoded only when asked for.
+
+    For a share of a large suite (``evalkit.eval.fanout``): the paths are read
+    whole (they are small), a row group's summaries only once one of its
+    runs is wanted, and each straight from Arrow's buffer, with no Python
+    string in between. The caller has checked they are current; a damaged
+    table raises (pyarrow's errors, OSError, ValueError, orjson's).
+    """
+
+    def __init__(self, dataset: Path) -> None:
+        import pyarrow.parquet as pq
+
+        self._file = pq.ParquetFile(dataset / f"{SUMMARIES}.parquet")
+        self.paths: list[str] = self._file.read(columns=["events_path"]).column(0).to_pylist()
+        self.row = {path: i for i, path in enumerate(self.paths)}
+        self._starts: list[int] = []
+        start = 0
+        for group in range(self._file.metadata.num_row_groups):
+            self._starts.append(start)
+            start += self._file.metadata.row_group(group).num_rows
+        self._groups: dict[int, tuple[memoryview, list[int]]] = {}
+
+    def under(self) -> dict[str, list[str]]:
+        """Mission folder -> the events paths below it."""
+        found: dict[str, list[str]] = {}
+        for path in self.paths:
+            found.setdefault(path.split("/", 1)[0], []).append(path)
+        return found
+
+    def get(self, path: str) -> RunSummary:
+        row = self.row[path]
+        group = bisect.bisect_right(self._starts, row) - 1
+        if group not in self._groups:
+            column = self._file.read_row_group(group, columns=["summary"]).column(0)
+            array = column.combine_chunks()
+            if array.null_count:
+                raise ValueError("a kept summary is null")
+            offsets = np.frombuffer(array.buffers()[1], dtype=np.int32,
+                                    count=len(array) + 1, offset=4 * array.offset).tolist()
+            self._groups[group] = (memoryview(array.buffers()[2]), offsets)
+        data, offsets = self._groups[group]
+        at = row - self._starts[group]
+        return _stored_summary(path, data[offsets[at]:offsets[at + 1]])
 
 
 # --- straight from JSONL -------------------------------------------------------

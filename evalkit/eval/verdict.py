@@ -222,11 +222,9 @@ def _as_literal(pattern: str) -> tuple[str | None, bool]:
 
 
 def _distinct(items: tuple[str | None, ...]) -> list[str]:
-    seen: dict[str, None] = {}
-    for item in items:
-        if item is not None:
-            seen.setdefault(item, None)
-    return list(seen)
+    seen: dict[str | None, None] = dict.fromkeys(items)
+    seen.pop(None, None)
+    return list(seen)  # type: ignore[arg-type]
 
 
 def empty_kpis() -> dict[str, Any]:

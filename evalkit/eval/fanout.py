@@ -1,0 +1,197 @@
+"""Scoring a large suite from a dataset on every core, to the same bytes.
+
+At 100,000 missions every step of ``score --dataset`` — parsing the suite,
+building and checking missions, decoding summaries, judging, rendering —
+is per-mission Python, so one process keeps one core busy. Here the suite's
+text is cut into runs of missions (``suite_pieces``); each process parses,
+builds, checks, reads the kept summaries of, judges and renders its own
+run, and sends back the rendered verdicts, the tally the suite-wide check
+rules need, and running totals. This process stitches them together.
+
+The result is byte for byte what the one-process path writes: the same
+functions judge and render, totals are exact (see ``score._Totals``), and
+only the suite-wide rules see the whole. This path takes only clean cases:
+a suite with any check problem, a dataset without current kept summaries,
+or anything unexpected gives None, and the caller scores in one process,
+which says what is wrong in its usual words.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from evalkit.errors import EvalkitError
+from evalkit.eval import suite_pieces, tables
+from evalkit.eval.check import ShareCheck, Tally, suite_problems
+from evalkit.eval.score import HalfTotals, halves_dict, merge_halves, report_head
+from evalkit.eval.score import tally_halves as _tally_halves
+from evalkit.eval.suite import _FAST_PATH_FROM, _read_text, _suite_file
+from evalkit.eval.verdict import judge
+from evalkit.report.markdown import (
+    HalfLines,
+    Rendered,
+    encode_verdicts,
+    json_parts,
+    render_verdicts,
+    stitch_markdown,
+)
+from evalkit.store.layout import EVENTS_FILE, resolve_relative
+
+#: Missions a suite must have (judged by its size: ~600 bytes of JSON each)
+#: before fanning out pays for the forks and the stitching.
+FANOUT_FROM_BYTES = max(_FAST_PATH_FROM, 4 * 2**20)
+
+
+@dataclass
+class _Share:
+    """What one process sends back for its run of missions."""
+
+    tally: Tally
+    totals: HalfTotals
+    passed: bool
+    judged: int
+    missing: int
+    json: bytes
+    rows: HalfLines
+    failures: HalfLines
+
+
+@dataclass(frozen=True)
+class _Job:
+    pieces: suite_pieces.Pieces
+    dataset: Path
+    split: str
+    want_json: bool
+    want_markdown: bool
+
+
+_OWN_EVENTS = "/" + EVENTS_FILE
+_JOB: _Job | None = None  # set before forking: the workers inherit it rather than unpickle it
+
+
+def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bool,
+                   want_markdown: bool, workers: int | None = None) -> Rendered | None:
+    """The report of ``suite_path`` scored from ``dataset`` on several cores, or None.
+
+    None means "score it the usual way": too small to pay, one core, a
+    suite that is not a large pretty-printed JSON document, a check
+    problem, or a dataset without current kept summaries.
+    """
+    workers = workers if workers is not None else len(os.sched_getaffinity(0))
+    try:
+        file = _suite_file(Path(suite_path))
+        if file.stat().st_size < FANOUT_FROM_BYTES or not tables.stored_summaries_current(dataset):
+            return None
+        text = _read_text(file)
+    except (EvalkitError, OSError):
+        return None  # the usual path words it
+    pieces = suite_pieces.cut(file, text, workers)
+    if pieces is None:
+        return None
+    shares = _run(_Job(pieces, Path(dataset), split, want_json, want_markdown))
+    if shares is None or any(share is None for share in shares):
+        return None
+    return _stitch(pieces, dataset, split, shares, want_json, want_markdown)  # type: ignore[arg-type]
+
+
+def _run(job: _Job) -> list[_Share | None] | None:
+    """Piece 0 here, the others in forked workers (a parent that only waited would idle a core)."""
+    import multiprocessing
+
+    global _JOB
+    _JOB = job
+    try:
+        if len(job.pieces.spans) == 1:
+            return [_share(0)]
+        with multiprocessing.get_context("fork").Pool(len(job.pieces.spans) - 1) as pool:
+            pending = pool.map_async(_share, range(1, len(job.pieces.spans)), chunksize=1)
+            first = _share(0)
+            return [first, *pending.get()]
+    finally:
+        _JOB = None
+
+
+def _share(index: int) -> _Share | None:
+    """Parse, build, check, judge and render one run of missions (None: do it the usual way)."""
+    try:
+        return _score_share(index)
+    except (suite_pieces.Odd, pa.ArrowException, OSError, ValueError, KeyError, TypeError):
+        return None  # the one-process path says what it is
+
+
+def _score_share(index: int) -> _Share | None:
+    job = _JOB
+    assert job is not None
+    fields = suite_pieces.build_fields(job.pieces)
+    if fields is None:
+        return None
+    check = ShareCheck(fields)
+    kept = tables.KeptSummaries(job.dataset)
+    under = kept.under()
+    totals = _tally_halves((), job.split)
+    passed, judged, missing = True, 0, 0
+    json_runs: list[bytes] = []
+    rows: HalfLines = {half: [] for half in totals}
+    failures: HalfLines = {half: [] for half in totals}
+    for built in suite_pieces.missions(job.pieces, index):
+        if not check.clean(built):
+            return None
+        verdicts = []
+        for m in built:
+            if job.split != "all" and m.split != job.split:
+                continue
+            rel = m.key + _OWN_EVENTS  # the usual layout: no need to look further
+            if rel not in kept.row:
+                rel = resolve_relative(m.key, under.get(m.key, ()))
+            if rel is None:
+                verdicts.append(judge(m, None, missing="not run"))
+            else:
+                verdicts.append(judge(m, kept.get(rel), source=rel))
+        merge_halves(totals, _tally_halves(verdicts, job.split))
+        passed = passed and all(v.passed for v in verdicts)
+        judged += len(verdicts)
+        missing += sum(v.missing for v in verdicts)
+        dicts = [v.as_dict() for v in verdicts]
+        if job.want_json:
+            json_runs.append(encode_verdicts(dicts))
+        if job.want_markdown:
+            more_rows, more_failures = render_verdicts(dicts, totals)
+            for half in totals:
+                rows[half] += more_rows[half]
+                failures[half] += more_failures[half]
+    return _Share(check.tally, totals, passed, judged, missing,
+                  b",\n".join(run for run in json_runs if run), rows, failures)
+
+
+def _stitch(pieces: suite_pieces.Pieces, dataset: Path, split: str, shares: list[_Share],
+            want_json: bool, want_markdown: bool) -> Rendered | None:
+    tally = Tally()
+    for share in shares:
+        tally.add(share.tally)
+    suite = suite_pieces.build_fields(pieces)
+    if suite is None or len(tally.keys) != tally.total or any(suite_problems(suite, tally)):
+        return None  # a key in two runs, or a suite-wide problem: the usual path words it
+    judged = sum(share.judged for share in shares)
+    if judged and judged == sum(share.missing for share in shares):
+        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' "
+                           f"has a run in {dataset}")
+    totals = shares[0].totals
+    for share in shares[1:]:
+        merge_halves(totals, share.totals)
+    passed = all(share.passed for share in shares)
+    head = report_head(suite.name, split, passed, halves_dict(totals))
+    json_bytes = json_parts(head, [share.json for share in shares]) if want_json else None
+    markdown = None
+    if want_markdown:
+        rows = {half: [line for share in shares for line in share.rows[half]] for half in totals}
+        failures = {half: [line for share in shares for line in share.failures[half]]
+                    for half in totals}
+        markdown = stitch_markdown(head, rows, failures)
+    return Rendered(passed, json_bytes, markdown)
+
+
+__all__ = ["FANOUT_FROM_BYTES", "Rendered", "score_rendered"]

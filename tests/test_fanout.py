@@ -1,0 +1,205 @@
+"""The fan-out scorer (``evalkit.eval.fanout``) against the one-process path.
+
+Its promise is the same bytes or nothing: either the report it renders is
+byte-identical to the one ``score`` renders in one process, or it gives
+None and ``score`` takes the usual path. The suites here are small, so the
+size threshold is lowered; the cutting is held to a plain parse by
+hypothesis over suites written with any indentation and awkward strings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evalkit.cli import main as cli
+from evalkit.eval import fanout, suite_pieces
+from evalkit.eval.check import check_suite
+from evalkit.eval.score import score
+from evalkit.eval.suite import load_suite
+from evalkit.eval.tables import ingest
+from evalkit.report.markdown import to_json_bytes, to_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _synth():
+    spec = importlib.util.spec_from_file_location("evalkit_bench_synth", ROOT / "benchmarks" / "synth.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """240 synthesised runs (a share of them failing), their suite, and their dataset."""
+    out = tmp_path_factory.mktemp("fanout")
+    _synth().synthesise(out, 240, records=12, output_bytes=300)
+    ingest(out / "runs", out / "dataset.parquet")
+    return out
+
+
+@pytest.fixture(autouse=True)
+def small_suites_fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fanout, "FANOUT_FROM_BYTES", 0)
+
+
+def _serial(suite: Path, dataset: Path, split: str) -> tuple[bytes, str]:
+    report = score(load_suite(suite), dataset=dataset, split=split).to_dict()
+    return to_json_bytes(report), to_markdown(report)
+
+
+def _fanned(suite: Path, dataset: Path, split: str, workers: int) -> tuple[bytes, str] | None:
+    found = fanout.score_rendered(suite, dataset, split, want_json=True, want_markdown=True,
+                                  workers=workers)
+    return None if found is None else (b"".join(found.json), found.markdown)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("split", ["all", "train", "test"])
+def test_fanout_renders_the_one_process_bytes(corpus: Path, split: str, workers: int) -> None:
+    suite, dataset = corpus / "suite.yaml", corpus / "dataset.parquet"
+    want = _serial(suite, dataset, split)
+    got = _fanned(suite, dataset, split, workers)
+    assert got is not None
+    assert got == want
+    assert b'"passed": false' in got[0] and "FAIL" in got[1]  # the failure paths ran too
+
+
+def _edited(corpus: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the corpus suite with ``edit`` applied to its parsed missions."""
+    data = json.loads((corpus / "suite.yaml").read_text())
+    edit(data)
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def test_missing_and_nested_runs_are_found_as_the_one_process_path_finds_them(
+        corpus: Path, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(corpus / "runs", runs)
+    # One run sits a level deeper than usual; another mission has no run at all.
+    first = sorted(runs.iterdir())[0]
+    inner = next(first.iterdir())
+    inner.rename(tmp_path / "moved")
+    (first / "deeper").mkdir()
+    (tmp_path / "moved").rename(first / "deeper" / inner.name)
+    shutil.rmtree(sorted(runs.iterdir())[5])
+    dataset = tmp_path / "dataset.parquet"
+    ingest(runs, dataset)
+    suite = corpus / "suite.yaml"
+    want = _serial(suite, dataset, "all")
+    assert b"not run" in want[0]
+    assert _fanned(suite, dataset, "all", 2) == want
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(lambda d: d["missions"][-1].update(key=d["missions"][0]["key"]), id="key-twice"),
+    pytest.param(lambda d: d["missions"][-3].update(flag="not-a-flag"), id="check-problem"),
+    pytest.param(lambda d: d["missions"][-2].update(unknown_field=1), id="load-problem"),
+    pytest.param(lambda d: d.update(flags=[*d["flags"], "teleportation"]), id="suite-problem"),
+])
+def test_any_problem_sends_the_suite_the_usual_way(corpus: Path, tmp_path: Path, edit) -> None:
+    suite = _edited(corpus, tmp_path, edit)
+    assert _fanned(suite, corpus / "dataset.parquet", "all", 2) is None
+
+
+def test_a_repeated_key_inside_a_mission_is_left_to_the_whole_suite_loader(
+        corpus: Path, tmp_path: Path) -> None:
+    suite = _edited(corpus, tmp_path, lambda d: None)
+    text = suite.read_text()
+    at = text.rindex('"because"')
+    suite.write_text(text[:at] + '"because": "twice",\n      ' + text[at:])
+    assert _fanned(suite, corpus / "dataset.parquet", "all", 2) is None
+
+
+def test_a_compact_or_yaml_suite_or_stale_summaries_take_the_usual_path(
+        corpus: Path, tmp_path: Path) -> None:
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps(json.loads((corpus / "suite.yaml").read_text())))
+    assert _fanned(compact, corpus / "dataset.parquet", "all", 2) is None
+    dataset = tmp_path / "stale.parquet"
+    shutil.copytree(corpus / "dataset.parquet", dataset)
+    manifest = json.loads((dataset / "dataset.json").read_text())
+    manifest["summaries"]["version"] = "an older fold"
+    (dataset / "dataset.json").write_text(json.dumps(manifest))
+    assert _fanned(corpus / "suite.yaml", dataset, "all", 2) is None
+
+
+def test_the_cli_gives_the_same_report_through_either_path(corpus: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["score", "--suite", str(corpus / "suite.yaml"), "--dataset",
+            str(corpus / "dataset.parquet")]
+    runner = CliRunner()
+    fanned = runner.invoke(cli, [*args, "--report", str(tmp_path / "a")])
+    fanned_json = runner.invoke(cli, [*args, "--json"])
+    monkeypatch.setattr(fanout, "score_rendered", lambda *a, **k: None)
+    usual = runner.invoke(cli, [*args, "--report", str(tmp_path / "b")])
+    usual_json = runner.invoke(cli, [*args, "--json"])
+    assert fanned.exit_code == usual.exit_code == 1  # some missions fail
+    assert fanned.output == usual.output
+    assert fanned_json.stdout_bytes == usual_json.stdout_bytes
+    for name in ("report.json", "report.md"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_nothing_to_score_is_said_the_same_way(corpus: Path, tmp_path: Path) -> None:
+    suite = _edited(corpus, tmp_path, lambda d: [m.update(key=f"z{m['key']}") for m in d["missions"]])
+    result = CliRunner().invoke(cli, ["score", "--suite", str(suite), "--dataset",
+                                      str(corpus / "dataset.parquet")])
+    assert result.exit_code != 0
+    assert "nothing to score: no mission of suite" in result.output
+    assert "Traceback" not in result.output
+
+
+# -- cutting -------------------------------------------------------------------------
+
+_TEXT = st.text(alphabet=st.sampled_from(list('ab }{[],:"\\\n\t') + ["é", "\u2028"]), max_size=12)
+_MISSION = st.fixed_dictionaries({
+    "key": st.from_regex(r"k[0-9]{1,4}", fullmatch=True), "flag": st.sampled_from(["state", "routing"]),
+    "prompt": _TEXT, "must": st.lists(_TEXT, min_size=1, max_size=2),
+    "must_not": st.lists(_TEXT, min_size=1, max_size=2), "because": _TEXT,
+}, optional={"split": st.sampled_from(["train", "test"]), "answer_must_match": st.lists(_TEXT, max_size=2)})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(missions=st.lists(_MISSION, max_size=12), before=st.booleans(), after=st.booleans(),
+       indent=st.sampled_from([1, 2, 4, "\t"]), parts=st.integers(1, 5))
+def test_cut_pieces_hold_exactly_what_one_parse_holds(missions, before, after, indent, parts) -> None:
+    document: dict = {"name": "cut"}
+    if before:
+        document["tools"] = ["mcp.a", "x}, {y"]
+    document["missions"] = missions
+    if after:
+        document["rubric_changes"] = [{"date": "2025-01-01", "key": "k1", "what": "w", "why": "y"}]
+    text = json.dumps(document, indent=indent, ensure_ascii=False)
+    pieces = suite_pieces.cut(Path("cut.json"), text, parts)
+    if not missions:
+        assert pieces is None
+        return
+    assert pieces is not None
+    assert pieces.fields == {k: v for k, v in document.items() if k != "missions"}
+    assert 1 <= len(pieces.spans) <= parts
+    rebuilt = [json.loads("[" + text[a:b] + "]") for a, b in pieces.spans]
+    assert [m for run in rebuilt for m in run] == missions
+
+
+def test_every_mission_of_a_clean_suite_is_built_once(corpus: Path) -> None:
+    text = (corpus / "suite.yaml").read_text()
+    whole = load_suite(corpus / "suite.yaml")
+    assert check_suite(whole).ok
+    pieces = suite_pieces.cut(corpus / "suite.yaml", text, 3)
+    assert pieces is not None and len(pieces.spans) == 3
+    built = [m for i in range(3) for run in suite_pieces.missions(pieces, i, chunk_chars=5000)
+             for m in run]
+    assert built == list(whole.missions)
