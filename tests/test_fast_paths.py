@@ -29,6 +29,7 @@ from evalkit.eval.summary import (
     summarize,
     unpack,
 )
+from evalkit.store.layout import resolve_relative
 from evalkit.store.reader import parse_bytes, parse_text
 from tests._stream_builders import call
 
@@ -227,3 +228,15 @@ def test_pack_and_unpack_keep_every_field() -> None:
                          stagnation_step=4, grounded=False)
     assert unpack(pack(summary)) == summary
     assert len(pack(summary)) == len(RunSummary.__dataclass_fields__)
+
+
+_SEGMENT = st.sampled_from(["k", "k2", "run_1", "events.jsonl", "x", "", "..", "k.events.jsonl"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(key=st.sampled_from(["k", "k2", "k/x"]),
+       parts=st.lists(_SEGMENT, min_size=1, max_size=5))
+def test_one_candidate_resolves_as_the_general_rule_does(key: str, parts: list[str]) -> None:
+    rel = "/".join(parts)
+    # A list of one takes the short path; any other iterable walks the general rule.
+    assert resolve_relative(key, [rel]) == resolve_relative(key, iter([rel]))

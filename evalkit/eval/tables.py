@@ -437,15 +437,16 @@ class KeptSummaries:
     def get(self, path: str) -> RunSummary:
         row = self.row[path]
         group = bisect.bisect_right(self._starts, row) - 1
-        if group not in self._groups:
+        found = self._groups.get(group)
+        if found is None:
             column = self._file.read_row_group(group, columns=["summary"]).column(0)
             array = column.combine_chunks()
             if array.null_count:
                 raise ValueError("a kept summary is null")
             offsets = np.frombuffer(array.buffers()[1], dtype=np.int32,
                                     count=len(array) + 1, offset=4 * array.offset).tolist()
-            self._groups[group] = (memoryview(array.buffers()[2]), offsets)
-        data, offsets = self._groups[group]
+            found = self._groups[group] = (memoryview(array.buffers()[2]), offsets)
+        data, offsets = found
         at = row - self._starts[group]
         return _stored_summary(path, data[offsets[at]:offsets[at + 1]])
 

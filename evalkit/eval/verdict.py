@@ -168,14 +168,18 @@ def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
     if not s.answered or s.answer is None:
         return [("answer", "no answer was recorded; this mission checks the answer text")]
     found: list[tuple[str, str]] = []
+    answer = s.answer
+    # Lowered once for every pattern that ignores case (None: not ASCII, a regex must fold).
+    lowered = (answer.lower() if answer.isascii() else None) if any(
+        p.startswith("(?i)") for p in patterns) else _UNSET
     for pattern in m.answer_must_match or ():
-        hit = _search(pattern, s.answer)
+        hit = _search(pattern, answer, lowered)
         if isinstance(hit, str):
             found.append(("answer_pattern", hit))
         elif not hit:
             found.append(("answer_must_match", f"the answer does not match /{pattern}/"))
     for pattern in m.answer_must_not_match or ():
-        hit = _search(pattern, s.answer)
+        hit = _search(pattern, answer, lowered)
         if isinstance(hit, str):
             found.append(("answer_pattern", hit))
         elif hit:
@@ -184,20 +188,27 @@ def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
     return found
 
 
-def _search(pattern: str, answer: str) -> bool | str:
+_UNSET: Any = object()
+
+
+def _search(pattern: str, answer: str, lowered: str | None = _UNSET) -> bool | str:
     """Whether the pattern is found, or the sentence saying it cannot be used.
 
     The meaning is ``re.search``'s. Most answer patterns are plain words,
     though, and a case-insensitive regex scan of a long answer that does not
     contain them is the slowest step of a verdict; those are answered by a
-    substring test that finds exactly what the regex would.
+    substring test that finds exactly what the regex would. ``lowered`` is
+    ``answer.lower()`` when the answer is ASCII and None when it is not, if
+    the caller has it already.
     """
     literal, folded = _as_literal(pattern)
     if literal is not None:
         if not folded:
             return literal in answer
-        if answer.isascii():  # no character outside ASCII can fold onto these
-            return literal in answer.lower()
+        if lowered is _UNSET:
+            lowered = answer.lower() if answer.isascii() else None
+        if lowered is not None:  # no character outside ASCII can fold onto these
+            return literal in lowered
     try:
         return re.search(pattern, answer) is not None
     except re.error as exc:

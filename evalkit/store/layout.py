@@ -102,9 +102,15 @@ def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
     Used where the files are rows of a dataset rather than entries on disk.
     """
     own = f"{key}/{EVENTS_FILE}"
+    prefix = f"{key}/"
+    if type(rel_paths) is list and len(rel_paths) == 1:  # the usual case: one run per mission
+        rel = rel_paths[0]
+        if rel.startswith(prefix) and rel.endswith("/" + EVENTS_FILE):
+            if rel == own or 1 <= rel.count("/", len(prefix)) <= 2:
+                return rel
+        return None
     one_down: list[str] = []
     two_down: list[str] = []
-    prefix = f"{key}/"
     for rel in rel_paths:
         if rel == own:
             return rel
