@@ -1,15 +1,15 @@
 """Cutting a large JSON suite into pieces that processes parse side by side.
 
 Parsing is the one step of loading a 100,000-mission suite that cannot be
-shared out after the fact, so a pretty-printed JSON suite is cut before it
-is parsed: the top-level fields around ``missions``, and runs of whole
-mission objects. A raw newline never occurs inside a JSON string, so cut
-points found at line starts are outside strings; the parses then prove the
-cuts right — the head parses only if ``[`` opened the top-level
-``missions`` list, each piece only if it is a run of complete values, the
-tail only if it closes the document. Any doubt (a compact or YAML suite, a
-repeated key, an odd layout) gives None, and the caller loads the suite
-whole, which reports whatever is wrong in its own words.
+shared out after the fact, so a JSON suite is cut before it is parsed: the
+top-level fields around ``missions``, and runs of whole mission objects.
+Cut points are found by a cheap pattern (``}, {`` between missions) and
+proved by the parses: the head parses only if its ``[`` opened the
+top-level ``missions`` list, each piece only if it is a run of complete
+values (so it starts and ends between missions, never inside a string), the
+tail only if it closes the document. Any doubt (a YAML suite, a repeated
+key, a cut that lands inside a string) gives None, and the caller loads the
+suite whole, which reports whatever is wrong in its own words.
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from typing import Any
 
 from evalkit.eval.suite import Mission, Suite, SuiteError, _Builder, _Tree
 
-_MISSIONS = re.compile(r'\n([ \t]*)"missions"[ \t]*:[ \t]*\[')
-_FIRST_ELEMENT = re.compile(r"[ \t]*\n([ \t]*)\{")
+#: Where each part may be: the parses below decide whether it is.
+_MISSIONS = re.compile(r'"missions"\s*:\s*\[')
+_BETWEEN = re.compile(r"(\})\s*,\s*(\{)")
+_CLOSE = re.compile(r"\}\s*\]")
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,6 @@ class Pieces:
     text: str
     fields: dict[str, Any]
     spans: tuple[tuple[int, int], ...]
-    #: What lies between two mission objects at the list's own indentation.
-    between: re.Pattern[str]
-    #: Length of the indentation before each mission's closing brace.
-    indent: int
 
 
 class _Repeated(ValueError):
@@ -71,31 +69,27 @@ def cut(path: Path, text: str, parts: int) -> Pieces | None:
     if not isinstance(head, dict) or list(head)[-1:] != ["missions"] or head["missions"] != []:
         return None
     start = opened.end()
-    close = text.find(f"\n{opened.group(1)}]", start)
-    first = _FIRST_ELEMENT.match(text, start)
-    if close < 0 or first is None or first.start(1) > close:
+    closing = _CLOSE.search(text, start)
+    if closing is None or not text[start:closing.start()].lstrip().startswith("{"):
         return None
-    fields = _tail(text[close + len(opened.group(1)) + 2:])
+    end = closing.start() + 1  # just past the last mission's "}"
+    fields = _tail(text[closing.end():])
     if fields is None or "missions" in fields or fields.keys() & head.keys():
         return None
     del head["missions"]
-    indent = re.escape(first.group(1))
-    between = re.compile(rf"\n{indent}\}},[ \t]*\n{indent}\{{")
-    spans = _split(text, start, close, parts, between, len(first.group(1)))
-    return Pieces(path, text, {**head, **fields}, tuple(spans), between, len(first.group(1)))
+    return Pieces(path, text, {**head, **fields}, tuple(_split(text, start, end, parts)))
 
 
-def _split(text: str, start: int, end: int, parts: int, between: re.Pattern[str],
-           indent: int) -> list[tuple[int, int]]:
-    """[start, end) cut into at most ``parts`` runs of whole mission objects."""
+def _split(text: str, start: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """[start, end) cut into at most ``parts`` runs of whole mission objects, near-even."""
     spans, begin = [], start
     for k in range(1, parts):
         target = start + (end - start) * k // parts
-        found = between.search(text, max(target, begin), end)
+        found = _BETWEEN.search(text, max(target, begin), end)
         if found is None:
             break
-        spans.append((begin, found.start() + indent + 2))  # just past the "}"
-        begin = found.end() - 1  # the next "{"
+        spans.append((begin, found.end(1)))
+        begin = found.start(2)
     spans.append((begin, end))
     return spans
 
@@ -122,7 +116,7 @@ def missions(pieces: Pieces, index: int, chunk_chars: int = 2**21) -> Iterator[t
     """
     start, end = pieces.spans[index]
     parts = max(1, (end - start) // chunk_chars)
-    for begin, stop in _split(pieces.text, start, end, parts, pieces.between, pieces.indent):
+    for begin, stop in _split(pieces.text, start, end, parts):
         raw = _loads("[" + pieces.text[begin:stop] + "]")
         if not isinstance(raw, list):
             raise Odd
