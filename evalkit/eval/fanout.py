@@ -63,7 +63,9 @@ class _Share:
 @dataclass(frozen=True)
 class _Job:
     pieces: suite_pieces.Pieces
-    dataset: Path
+    #: The dataset's index, made once before forking (the workers share its pages).
+    kept: tables.KeptSummaries
+    under: dict[str, list[str]]
     split: str
     want_json: bool
     want_markdown: bool
@@ -92,7 +94,11 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
     pieces = suite_pieces.cut(file, text, workers)
     if pieces is None:
         return None
-    shares = _run(_Job(pieces, Path(dataset), split, want_json, want_markdown))
+    try:
+        kept = tables.KeptSummaries(Path(dataset))
+    except (pa.ArrowException, OSError, ValueError):
+        return None  # a damaged table: the usual path falls back to the events
+    shares = _run(_Job(pieces, kept, kept.under(), split, want_json, want_markdown))
     if shares is None or any(share is None for share in shares):
         return None
     return _stitch(pieces, dataset, split, shares, want_json, want_markdown)  # type: ignore[arg-type]
@@ -130,8 +136,7 @@ def _score_share(index: int) -> _Share | None:
     if fields is None:
         return None
     check = ShareCheck(fields)
-    kept = tables.KeptSummaries(job.dataset)
-    under = kept.under()
+    kept, under = job.kept, job.under
     totals = _tally_halves((), job.split)
     passed, judged, missing = True, 0, 0
     json_runs: list[bytes] = []
