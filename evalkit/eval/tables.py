@@ -418,7 +418,10 @@ class KeptSummaries:
         import pyarrow.parquet as pq
 
         self._file = pq.ParquetFile(dataset / f"{SUMMARIES}.parquet")
-        self.paths: list[str] = self._file.read(columns=["events_path"]).column(0).to_pylist()
+        # No reader threads: a fan-out forks after this, and a child must not
+        # inherit a thread pool it cannot use.
+        paths = self._file.read(columns=["events_path"], use_threads=False).column(0)
+        self.paths: list[str] = paths.to_pylist()
         self.row = {path: i for i, path in enumerate(self.paths)}
         self._starts: list[int] = []
         start = 0
@@ -439,7 +442,8 @@ class KeptSummaries:
         group = bisect.bisect_right(self._starts, row) - 1
         found = self._groups.get(group)
         if found is None:
-            column = self._file.read_row_group(group, columns=["summary"]).column(0)
+            column = self._file.read_row_group(group, columns=["summary"],
+                                               use_threads=False).column(0)
             array = column.combine_chunks()
             if array.null_count:
                 raise ValueError("a kept summary is null")
