@@ -26,7 +26,7 @@ import duckdb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_scoring import OUT, measure  # noqa: E402
+from bench_scoring import OUT, measure_tree  # noqa: E402
 
 #: The columns that carry a mission key as their first path segment, per table.
 KEYED = {"runs": ("run", "events_path"), "events": ("run", "events_path"),
@@ -82,11 +82,11 @@ def main() -> None:
     score = [*evalkit, "score", "--suite", str(folder / "suite.yaml"),
              "--dataset", str(folder / "dataset.parquet"), "--allow-failures"]
     print(f"N = {n:,} runs ({args.times} copies of {args.base})")
-    print(f"{'phase':34} {'wall s':>8} {'runs/s':>9} {'peak RSS MB':>12}")
+    print(f"{'phase':34} {'wall s':>8} {'runs/s':>9} {'peak RSS MB':>12} {'tree MB':>8}")
     for name, argv in (("score --dataset (markdown)", score),
                        ("score --dataset --json", [*score, "--json"])):
-        wall, rss, _ = measure(argv)
-        print(f"{name:34} {wall:8.2f} {n / wall:9.0f} {rss:12.0f}")
+        wall, rss, tree, _ = measure_tree(argv)
+        print(f"{name:34} {wall:8.2f} {n / wall:9.0f} {rss:12.0f} {tree:8.0f}")
 
 
 if __name__ == "__main__":

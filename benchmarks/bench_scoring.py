@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -89,20 +90,67 @@ print(result.runs, result.events, result.bytes)
 def measure(argv: list[str]) -> tuple[float, float, str]:
     """Run one phase in a fresh process: (wall seconds, its peak RSS in MB, its stdout).
 
-    The child is reaped with wait4, so the RSS is this child's own peak.
+    The child is reaped with wait4, so the RSS is the peak of the largest
+    process of the phase's tree; ``measure_tree`` also gives the whole tree's.
     """
+    wall, rss, _, out = measure_tree(argv)
+    return wall, rss, out
+
+
+def measure_tree(argv: list[str]) -> tuple[float, float, float, str]:
+    """``measure`` plus the peak of the summed RSS of the process and its children
+    (sampled every 10 ms), which is what a phase that forks workers really holds."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err)
+        tree_peak = [0.0]
+        done = threading.Event()
+        sampler = threading.Thread(target=_sample_tree, args=(proc.pid, tree_peak, done))
+        sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
+        done.set()
+        sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if proc.returncode not in (0, 1):  # 1 = some mission failed, expected here
             raise SystemExit(f"{' '.join(argv[:5])} failed ({proc.returncode}):\n"
                              f"{err.read().decode(errors='replace')[-2000:]}")
-        return wall, usage.ru_maxrss / 1024, out.read().decode()
+        rss = usage.ru_maxrss / 1024
+        return wall, rss, max(tree_peak[0], rss), out.read().decode()
+
+
+def _sample_tree(root: int, peak: list[float], done: threading.Event) -> None:
+    page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
+    while not done.wait(0.01):
+        total = 0
+        for pid in _tree(root):
+            try:
+                with open(f"/proc/{pid}/statm") as f:
+                    total += int(f.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+        peak[0] = max(peak[0], total * page_mb)
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc (parents named in each /proc/PID/stat)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
 
 
 def _jsonl_bytes(runs: Path) -> tuple[int, int]:
@@ -130,7 +178,7 @@ def prepare(n: int, records: int) -> dict:
     return {**info, "runs": folder / "runs", "suite": folder / "suite.yaml"}
 
 
-def bench(n: int, records: int) -> list[tuple[str, float, float, float, str]]:
+def bench(n: int, records: int, only: str | None = None) -> list[tuple]:
     data = prepare(n, records)
     runs, suite = str(data["runs"]), str(data["suite"])
     dataset = str(Path(runs).parent / "dataset.parquet")
@@ -160,9 +208,11 @@ def bench(n: int, records: int) -> list[tuple[str, float, float, float, str]]:
     rows = []
     reports = {}
     for name, argv, mb in phases:
-        wall, rss, out = measure(argv)
+        if only is not None and only not in name:
+            continue
+        wall, rss, tree, out = measure_tree(argv)
         note = f"{mb:.0f} MB {'all JSONL' if mb == all_mb else 'events'}" if mb else ""
-        rows.append((name, wall, n / wall, mb / wall, rss, note))
+        rows.append((name, wall, n / wall, mb / wall, rss, tree, note))
         if name.startswith("(") and "score" in name:
             reports[name] = json.loads(out)
     verdicts = {json.dumps(r, sort_keys=True) for r in reports.values()}
@@ -176,14 +226,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000",
                         help="comma-separated run counts (100000 takes a few minutes)")
     parser.add_argument("--records-per-run", type=int, default=20)
+    parser.add_argument("--only", help="run only the phases whose name contains this text")
     args = parser.parse_args()
     print(f"cpus: {os.cpu_count()}, python {sys.version.split()[0]}")
     for n in (int(s) for s in args.sizes.split(",")):
-        rows = bench(n, args.records_per_run)
+        rows = bench(n, args.records_per_run, args.only)
         print(f"\nN = {n:,} runs, ~{args.records_per_run} records each")
-        print(f"{'phase':34} {'wall s':>8} {'runs/s':>9} {'MB/s':>7} {'peak RSS MB':>12}  over")
-        for name, wall, rps, mbps, rss, note in rows:
-            print(f"{name:34} {wall:8.2f} {rps:9.0f} {mbps:7.1f} {rss:12.0f}  {note}")
+        print(f"{'phase':34} {'wall s':>8} {'runs/s':>9} {'MB/s':>7} {'peak RSS MB':>12} "
+              f"{'tree MB':>8}  over")
+        for name, wall, rps, mbps, rss, tree, note in rows:
+            print(f"{name:34} {wall:8.2f} {rps:9.0f} {mbps:7.1f} {rss:12.0f} {tree:8.0f}  {note}")
 
 
 if __name__ == "__main__":
