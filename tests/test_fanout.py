@@ -61,7 +61,10 @@ def _serial(suite: Path, dataset: Path, split: str) -> tuple[bytes, str]:
 def _fanned(suite: Path, dataset: Path, split: str, workers: int) -> tuple[bytes, str] | None:
     found = fanout.score_rendered(suite, dataset, split, want_json=True, want_markdown=True,
                                   workers=workers)
-    return None if found is None else (b"".join(found.json), found.markdown)
+    if found is None:
+        return None
+    with found:
+        return found.json_bytes(), found.markdown_text()
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -226,3 +229,22 @@ def test_every_mission_of_a_clean_suite_is_built_once(corpus: Path) -> None:
     built = [m for i in range(3) for run in suite_pieces.missions(pieces, i, chunk_chars=5000)
              for m in run]
     assert built == list(whole.missions)
+
+
+def test_the_scratch_files_go_once_the_report_is_written(corpus: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    found = fanout.score_rendered(corpus / "suite.yaml", corpus / "dataset.parquet", "all",
+                                  want_json=True, want_markdown=True, workers=2)
+    assert found is not None and any(scratch.iterdir())  # the shares wrote their parts
+    with found:
+        found.json_bytes()
+    assert not any(scratch.iterdir())
+    refused = _edited(corpus, tmp_path, lambda d: d["missions"][-1].update(flag="nope"))
+    assert fanout.score_rendered(refused, corpus / "dataset.parquet", "all", want_json=True,
+                                 want_markdown=True, workers=2) is None
+    assert not any(scratch.iterdir())

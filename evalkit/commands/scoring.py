@@ -52,7 +52,13 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
     from evalkit.eval.check import gate_for_scoring
     from evalkit.eval.score import parse_map
     from evalkit.eval.score import score as score_suite
-    from evalkit.report.markdown import Rendered, to_json_bytes, to_markdown, write_rendered
+    from evalkit.report.markdown import (
+        Rendered,
+        to_json_bytes,
+        to_markdown,
+        write_parts,
+        write_rendered,
+    )
 
     if runs is None and not mapping and dataset is None:
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
@@ -70,14 +76,14 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
                                  split=split, engine=engine).to_dict()
             rendered = Rendered(report["passed"],
                                 [to_json_bytes(report)] if as_json or report_dir else None,
-                                to_markdown(report) if not as_json or report_dir else None)
-        if report_dir is not None:
-            write_rendered(report_dir, rendered.json, rendered.markdown)
-        if as_json:  # bytes straight out: no 150 MB str to decode and encode again
+                                [to_markdown(report).encode()] if not as_json or report_dir
+                                else None)
+        with rendered:
+            if report_dir is not None:
+                write_rendered(report_dir, rendered)
+            # Bytes straight out, in parts: no 150 MB string to decode and encode again.
             stdout = click.get_binary_stream("stdout")
-            stdout.writelines(rendered.json)
+            write_parts(stdout, (rendered.json if as_json else rendered.markdown) or [])
             stdout.flush()
-        else:
-            click.echo(rendered.markdown, nl=False)
     if not rendered.passed and not allow_failures:
         sys.exit(1)

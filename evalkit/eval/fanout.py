@@ -19,8 +19,11 @@ which says what is wrong in its usual words.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pyarrow as pa
 
@@ -36,8 +39,9 @@ from evalkit.report.markdown import (
     Rendered,
     encode_verdicts,
     json_parts,
+    lines_bytes,
+    markdown_parts,
     render_verdicts,
-    stitch_markdown,
 )
 from evalkit.store.layout import EVENTS_FILE, resolve_relative
 
@@ -55,9 +59,11 @@ class _Share:
     passed: bool
     judged: int
     missing: int
-    json: bytes
-    rows: HalfLines
-    failures: HalfLines
+    #: Its verdicts as the report's JSON holds them (None: none), and per half its
+    #: markdown table rows and why-they-failed lines (None: none), each in a file.
+    json: Path | None
+    rows: dict[str, Path | None]
+    failures: dict[str, Path | None]
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class _Job:
     split: str
     want_json: bool
     want_markdown: bool
+    #: Where each share writes what it renders.
+    scratch: Path
 
 
 _OWN_EVENTS = "/" + EVENTS_FILE
@@ -98,10 +106,19 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
         kept = tables.KeptSummaries(Path(dataset))
     except (pa.ArrowException, OSError, ValueError):
         return None  # a damaged table: the usual path falls back to the events
-    shares = _run(_Job(pieces, kept, kept.under(), split, want_json, want_markdown))
-    if shares is None or any(share is None for share in shares):
-        return None
-    return _stitch(pieces, dataset, split, shares, want_json, want_markdown)  # type: ignore[arg-type]
+    scratch = Path(tempfile.mkdtemp(prefix="evalkit-score-"))
+    try:
+        shares = _run(_Job(pieces, kept, kept.under(), split, want_json, want_markdown, scratch))
+        found = None
+        if shares is not None and all(share is not None for share in shares):
+            found = _stitch(pieces, dataset, split, shares,  # type: ignore[arg-type]
+                            want_json, want_markdown, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if found is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return found
 
 
 def _run(job: _Job) -> list[_Share | None] | None:
@@ -139,41 +156,75 @@ def _score_share(index: int) -> _Share | None:
     kept, under = job.kept, job.under
     totals = _tally_halves((), job.split)
     passed, judged, missing = True, 0, 0
-    json_runs: list[bytes] = []
-    rows: HalfLines = {half: [] for half in totals}
-    failures: HalfLines = {half: [] for half in totals}
-    for built in suite_pieces.missions(job.pieces, index):
-        if not check.clean(built):
-            return None
-        verdicts = []
-        for m in built:
-            if job.split != "all" and m.split != job.split:
-                continue
-            rel = m.key + _OWN_EVENTS  # the usual layout: no need to look further
-            if rel not in kept.row:
-                rel = resolve_relative(m.key, under.get(m.key, ()))
-            if rel is None:
-                verdicts.append(judge(m, None, missing="not run"))
-            else:
-                verdicts.append(judge(m, kept.get(rel), source=rel))
-        merge_halves(totals, _tally_halves(verdicts, job.split))
-        passed = passed and all(v.passed for v in verdicts)
-        judged += len(verdicts)
-        missing += sum(v.missing for v in verdicts)
-        dicts = [v.as_dict() for v in verdicts]
-        if job.want_json:
-            json_runs.append(encode_verdicts(dicts))
-        if job.want_markdown:
-            more_rows, more_failures = render_verdicts(dicts, totals)
-            for half in totals:
-                rows[half] += more_rows[half]
-                failures[half] += more_failures[half]
-    return _Share(check.tally, totals, passed, judged, missing,
-                  b",\n".join(run for run in json_runs if run), rows, failures)
+    with _Files(job.scratch, index, totals) as out:
+        for built in suite_pieces.missions(job.pieces, index):
+            if not check.clean(built):
+                return None
+            verdicts = []
+            for m in built:
+                if job.split != "all" and m.split != job.split:
+                    continue
+                rel = m.key + _OWN_EVENTS  # the usual layout: no need to look further
+                if rel not in kept.row:
+                    rel = resolve_relative(m.key, under.get(m.key, ()))
+                if rel is None:
+                    verdicts.append(judge(m, None, missing="not run"))
+                else:
+                    verdicts.append(judge(m, kept.get(rel), source=rel))
+            merge_halves(totals, _tally_halves(verdicts, job.split))
+            passed = passed and all(v.passed for v in verdicts)
+            judged += len(verdicts)
+            missing += sum(v.missing for v in verdicts)
+            dicts = [v.as_dict() for v in verdicts]
+            if job.want_json:
+                out.json(encode_verdicts(dicts))
+            if job.want_markdown:
+                out.markdown(*render_verdicts(dicts, totals))
+    return _Share(check.tally, totals, passed, judged, missing, *out.written())
+
+
+class _Files:
+    """One share's rendered output, appended chunk by chunk to files in the scratch folder."""
+
+    def __init__(self, scratch: Path, index: int, halves: HalfTotals) -> None:
+        self.paths = {"json": scratch / f"{index}.json"}
+        for half in halves:
+            self.paths[f"rows.{half}"] = scratch / f"{index}.{half}.rows.md"
+            self.paths[f"failed.{half}"] = scratch / f"{index}.{half}.failed.md"
+        self.halves = list(halves)
+        self.files: dict[str, BinaryIO] = {}
+        self.sizes = dict.fromkeys(self.paths, 0)
+
+    def __enter__(self) -> _Files:
+        self.files = {name: open(path, "wb") for name, path in self.paths.items()}  # noqa: SIM115
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for file in self.files.values():
+            file.close()
+
+    def _write(self, name: str, data: bytes) -> None:
+        self.files[name].write(data)
+        self.sizes[name] += len(data)
+
+    def json(self, run: bytes) -> None:
+        if run:
+            self._write("json", b",\n" + run if self.sizes["json"] else run)
+
+    def markdown(self, rows: HalfLines, failures: HalfLines) -> None:
+        for half in self.halves:
+            self._write(f"rows.{half}", lines_bytes(rows[half]))
+            self._write(f"failed.{half}", lines_bytes(failures[half]))
+
+    def written(self) -> tuple[Path | None, dict[str, Path | None], dict[str, Path | None]]:
+        def path(name: str) -> Path | None:
+            return self.paths[name] if self.sizes[name] else None
+        return (path("json"), {half: path(f"rows.{half}") for half in self.halves},
+                {half: path(f"failed.{half}") for half in self.halves})
 
 
 def _stitch(pieces: suite_pieces.Pieces, dataset: Path, split: str, shares: list[_Share],
-            want_json: bool, want_markdown: bool) -> Rendered | None:
+            want_json: bool, want_markdown: bool, scratch: Path) -> Rendered | None:
     tally = Tally()
     for share in shares:
         tally.add(share.tally)
@@ -189,14 +240,14 @@ def _stitch(pieces: suite_pieces.Pieces, dataset: Path, split: str, shares: list
         merge_halves(totals, share.totals)
     passed = all(share.passed for share in shares)
     head = report_head(suite.name, split, passed, halves_dict(totals))
-    json_bytes = json_parts(head, [share.json for share in shares]) if want_json else None
+    json = json_parts(head, [s.json for s in shares if s.json]) if want_json else None
     markdown = None
     if want_markdown:
-        rows = {half: [line for share in shares for line in share.rows[half]] for half in totals}
-        failures = {half: [line for share in shares for line in share.failures[half]]
-                    for half in totals}
-        markdown = stitch_markdown(head, rows, failures)
-    return Rendered(passed, json_bytes, markdown)
+        rows = {half: [s.rows[half] for s in shares if s.rows[half]] for half in totals}
+        failures = {half: [s.failures[half] for s in shares if s.failures[half]] for half in totals}
+        markdown = markdown_parts(head, rows, failures,  # type: ignore[arg-type]
+                                  {half: bool(failures[half]) for half in totals})
+    return Rendered(passed, json, markdown, scratch)
 
 
 __all__ = ["FANOUT_FROM_BYTES", "Rendered", "score_rendered"]

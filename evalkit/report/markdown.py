@@ -7,23 +7,58 @@ the same runs give the same bytes and a report can be committed and diffed.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
 from evalkit.errors import EvalkitError
 
+#: A piece of a rendered report: bytes, or a file whose bytes go there (a fan-out's
+#: workers write their verdicts to files, so a million of them are never all in memory).
+Part = bytes | Path
+
 
 @dataclass
 class Rendered:
-    """A scored report, rendered: what ``score`` prints or writes."""
+    """A scored report, rendered: what ``score`` prints or writes, in parts.
+
+    Use it as a context manager: ``scratch`` (the parts' files) goes when it closes.
+    """
 
     passed: bool
-    #: The JSON report in parts, to write one after another (``b"".join`` is the whole).
-    json: list[bytes] | None
-    markdown: str | None
+    json: list[Part] | None
+    markdown: list[Part] | None
+    scratch: Path | None = None
+
+    def __enter__(self) -> Rendered:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def json_bytes(self) -> bytes:
+        return _joined(self.json or [])
+
+    def markdown_text(self) -> str:
+        return _joined(self.markdown or []).decode("utf-8")
+
+
+def write_parts(stream: BinaryIO, parts: list[Part]) -> None:
+    """Write the parts one after another; a file part is copied a megabyte at a time."""
+    for part in parts:
+        if isinstance(part, bytes):
+            stream.write(part)
+        else:
+            with open(part, "rb") as source:
+                shutil.copyfileobj(source, stream, 2**20)
+
+
+def _joined(parts: list[Part]) -> bytes:
+    return b"".join(part if isinstance(part, bytes) else part.read_bytes() for part in parts)
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -61,11 +96,11 @@ def encode_verdicts(verdicts: list[dict[str, Any]]) -> bytes:
 
 def stitch_json(head: dict[str, Any], runs: list[bytes]) -> bytes:
     """The report ``head`` (every field but the verdicts) followed by runs of encoded verdicts."""
-    return b"".join(json_parts(head, runs))
+    return _joined(json_parts(head, runs))
 
 
-def json_parts(head: dict[str, Any], runs: list[bytes]) -> list[bytes]:
-    """``stitch_json``'s bytes as parts to write one after another (no 150 MB join)."""
+def json_parts(head: dict[str, Any], runs: list[Part]) -> list[Part]:
+    """``stitch_json``'s bytes as parts to write one after another; ``runs`` must not be empty."""
     try:
         text = orjson.dumps(head, option=orjson.OPT_INDENT_2)
     except TypeError:
@@ -74,7 +109,7 @@ def json_parts(head: dict[str, Any], runs: list[bytes]) -> list[bytes]:
     body = [run for run in runs if run]
     if not body:
         return [opening, b'"verdicts": []\n}\n']
-    parts = [opening, b'"verdicts": [\n']
+    parts: list[Part] = [opening, b'"verdicts": [\n']
     for i, run in enumerate(body):
         parts += [b",\n", run] if i else [run]
     return [*parts, b"\n  ]\n}\n"]
@@ -101,11 +136,18 @@ def _rate(totals: dict[str, Any]) -> str:
 def to_markdown(report: dict[str, Any]) -> str:
     """Per half: the per-mission table, the by-flag table, and why they failed."""
     rows, failures = render_verdicts(report["verdicts"], report["halves"])
-    return stitch_markdown(report, rows, failures)
+    return _joined(markdown_parts(report, {h: [lines_bytes(r)] for h, r in rows.items()},
+                                  {h: [lines_bytes(f)] for h, f in failures.items()},
+                                  {h: bool(f) for h, f in failures.items()})).decode("utf-8")
 
 
 #: Per half, lines rendered from its verdicts: table rows, or why-they-failed lines.
 HalfLines = dict[str, list[str]]
+
+
+def lines_bytes(lines: list[str]) -> bytes:
+    """Lines as the markdown holds them: each ends with a newline."""
+    return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
 def render_verdicts(verdicts: list[dict[str, Any]], halves: Any) -> tuple[HalfLines, HalfLines]:
@@ -130,12 +172,18 @@ def render_verdicts(verdicts: list[dict[str, Any]], halves: Any) -> tuple[HalfLi
     return rows, failures
 
 
-def stitch_markdown(report: dict[str, Any], rows: HalfLines, failures: HalfLines) -> str:
-    """The report's markdown from its head (``halves``, ``suite``) and rendered verdict lines."""
+def markdown_parts(report: dict[str, Any], rows: dict[str, list[Part]],
+                   failures: dict[str, list[Part]], failed: dict[str, bool]) -> list[Part]:
+    """The markdown from the report's head (``suite``, ``halves``) and each half's
+    rendered rows and failure lines (as ``lines_bytes`` writes them), in parts.
+
+    ``failed`` says per half whether any failure lines exist ("Nothing failed." if not).
+    """
     lines = [f"# Suite `{report['suite']}`", ""]
     halves = report["halves"]
     overall = " · ".join(f"{half}: {_rate(h['totals'])}" for half, h in halves.items())
     lines += [f"**Overall** — {overall or 'no missions'} (halves are never blended)", ""]
+    parts: list[Part] = []
     for half, data in halves.items():
         t = data["totals"]
         lines += [f"## {half}", "",
@@ -145,31 +193,36 @@ def stitch_markdown(report: dict[str, Any], rows: HalfLines, failures: HalfLines
                   f"rejected replies {t['reply_rejected']}", ""]
         lines += ["| mission | flag | verdict | outcome | steps | tool calls | tokens | grounded |",
                   "|---|---|---|---|---|---|---|---|"]
-        lines += rows[half]
-        lines += ["", "| flag | missions | passed | missing | success |", "|---|---|---|---|---|"]
+        parts += [lines_bytes(lines), *rows[half]]
+        lines = ["", "| flag | missions | passed | missing | success |", "|---|---|---|---|---|"]
         for flag, ft in data["by_flag"].items():
             rate = "—" if ft["success_rate"] is None else f"{ft['success_rate'] * 100:.0f}%"
             lines.append(f"| {flag} | {ft['missions']} | {ft['passed']} | {ft['missing']} | {rate} |")
         lines += ["", f"### Why they failed ({half})", ""]
-        lines += failures[half] or ["Nothing failed."]
-        lines.append("")
-    return "\n".join(lines).rstrip("\n") + "\n"
+        if failed[half]:
+            parts += [lines_bytes(lines), *failures[half]]
+            lines = [""]
+        else:
+            lines += ["Nothing failed.", ""]
+    if lines[-1:] == [""]:
+        lines.pop()  # the document ends with the last line's newline
+    return [*parts, lines_bytes(lines)]
 
 
 def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
     """Write ``report.json`` and ``report.md`` into ``folder`` (created if needed)."""
-    return write_rendered(folder, to_json_bytes(report), to_markdown(report))
+    return write_rendered(folder, Rendered(report["passed"], [to_json_bytes(report)],
+                                           [to_markdown(report).encode("utf-8")]))
 
 
-def write_rendered(folder: Path, json_bytes: bytes | list[bytes], markdown: str
-                   ) -> tuple[Path, Path]:
-    """Write an already rendered report's two files into ``folder`` (the JSON maybe in parts)."""
+def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:
+    """Write an already rendered report's two files into ``folder``."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         json_path, md_path = folder / "report.json", folder / "report.md"
-        with open(json_path, "wb") as out:
-            out.writelines([json_bytes] if isinstance(json_bytes, bytes) else json_bytes)
-        md_path.write_text(markdown, encoding="utf-8")
+        for path, parts in ((json_path, rendered.json), (md_path, rendered.markdown)):
+            with open(path, "wb") as out:
+                write_parts(out, parts or [])
     except OSError as exc:
         raise EvalkitError(f"cannot write the report to {folder}: {exc.strerror or exc}") from None
     return json_path, md_path
