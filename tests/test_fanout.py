@@ -205,7 +205,7 @@ def test_cut_pieces_hold_exactly_what_one_parse_holds(missions, before, after, i
     document["missions"] = missions
     if after:
         document["rubric_changes"] = [{"date": "2025-01-01", "key": "k1", "what": "w", "why": "y"}]
-    text = json.dumps(document, indent=indent, ensure_ascii=False)
+    text = json.dumps(document, indent=indent, ensure_ascii=False).encode()
     pieces = suite_pieces.cut(Path("cut.json"), text, parts)
     if not missions:
         assert pieces is None
@@ -216,12 +216,12 @@ def test_cut_pieces_hold_exactly_what_one_parse_holds(missions, before, after, i
         return
     assert pieces.fields == {k: v for k, v in document.items() if k != "missions"}
     assert 1 <= len(pieces.spans) <= parts
-    rebuilt = [json.loads("[" + text[a:b] + "]") for a, b in pieces.spans]
+    rebuilt = [json.loads(b"[" + text[a:b] + b"]") for a, b in pieces.spans]
     assert [m for run in rebuilt for m in run] == missions
 
 
 def test_every_mission_of_a_clean_suite_is_built_once(corpus: Path) -> None:
-    text = (corpus / "suite.yaml").read_text()
+    text = (corpus / "suite.yaml").read_bytes()
     whole = load_suite(corpus / "suite.yaml")
     assert check_suite(whole).ok
     pieces = suite_pieces.cut(corpus / "suite.yaml", text, 3)
@@ -248,3 +248,19 @@ def test_the_scratch_files_go_once_the_report_is_written(corpus: Path, tmp_path:
     assert fanout.score_rendered(refused, corpus / "dataset.parquet", "all", want_json=True,
                                  want_markdown=True, workers=2) is None
     assert not any(scratch.iterdir())
+
+
+def test_bytes_the_whole_suite_loader_refuses_are_refused_here_too(corpus: Path,
+                                                                   tmp_path: Path) -> None:
+    good = (corpus / "suite.yaml").read_bytes()
+    at = good.rindex(b"the everyday question")
+    for name, data in (("invalid-utf8", good[:at] + b"\xff" + good[at:]),
+                       ("surrogate", good[:at] + b"\xed\xa0\x80" + good[at:]),
+                       ("nul", good[:at] + b"\0" + good[at:])):
+        path = tmp_path / f"{name}.json"
+        path.write_bytes(data)
+        assert _fanned(path, corpus / "dataset.parquet", "all", 2) is None, name
+    with_bom = tmp_path / "bom.json"
+    with_bom.write_bytes(b"\xef\xbb\xbf" + good)
+    assert _fanned(with_bom, corpus / "dataset.parquet", "all", 2) == _serial(
+        with_bom, corpus / "dataset.parquet", "all")

@@ -32,7 +32,7 @@ from evalkit.eval import suite_pieces, tables
 from evalkit.eval.check import ShareCheck, Tally, suite_problems
 from evalkit.eval.score import HalfTotals, halves_dict, merge_halves, report_head
 from evalkit.eval.score import tally_halves as _tally_halves
-from evalkit.eval.suite import _FAST_PATH_FROM, _read_text, _suite_file
+from evalkit.eval.suite import _FAST_PATH_FROM, _suite_file
 from evalkit.eval.verdict import judge
 from evalkit.report.markdown import (
     HalfLines,
@@ -96,10 +96,11 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
         file = _suite_file(Path(suite_path))
         if file.stat().st_size < FANOUT_FROM_BYTES or not tables.stored_summaries_current(dataset):
             return None
-        text = _read_text(file)
+        data = file.read_bytes()
     except (EvalkitError, OSError):
         return None  # the usual path words it
-    pieces = suite_pieces.cut(file, text, workers)
+    pieces = suite_pieces.cut(file, data, workers)
+    del data  # the pieces hold it (less any BOM)
     if pieces is None:
         return None
     try:

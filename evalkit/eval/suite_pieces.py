@@ -14,6 +14,7 @@ suite whole, which reports whatever is wrong in its own words.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Iterator
@@ -24,9 +25,11 @@ from typing import Any
 from evalkit.eval.suite import Mission, Suite, SuiteError, _Builder, _Tree
 
 #: Where each part may be: the parses below decide whether it is.
-_MISSIONS = re.compile(r'"missions"\s*:\s*\[')
-_BETWEEN = re.compile(r"(\})\s*,\s*(\{)")
-_CLOSE = re.compile(r"\}\s*\]")
+_MISSIONS = re.compile(rb'"missions"[ \t\n\r]*:[ \t\n\r]*\[')
+_BETWEEN = re.compile(rb"(\})[ \t\n\r]*,[ \t\n\r]*(\{)")
+_CLOSE = re.compile(rb"\}[ \t\n\r]*\]")
+#: What JSON counts as white space (str.strip would take more).
+_SPACE = b" \t\n\r"
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,9 @@ class Pieces:
     ``spans`` the [start, end) of each run of mission objects, in file order."""
 
     path: Path
-    text: str
+    #: The file's bytes (after any BOM): kept as bytes, since a str of a non-ASCII
+    #: suite takes up to four times the room, and each piece is decoded as it is parsed.
+    data: bytes
     fields: dict[str, Any]
     spans: tuple[tuple[int, int], ...]
 
@@ -51,41 +56,43 @@ def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _loads(text: str) -> Any | None:
+def _loads(data: bytes) -> Any | None:
+    """JSON from strict UTF-8 (as the whole-suite loader decodes), repeated keys refused."""
     try:
-        return json.loads(text, object_pairs_hook=_pairs)
-    except (ValueError, RecursionError):
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_pairs)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 
 
-def cut(path: Path, text: str, parts: int) -> Pieces | None:
-    """The suite's text cut into at most ``parts`` runs of missions, or None."""
-    if not text.lstrip().startswith("{"):
+def cut(path: Path, data: bytes, parts: int) -> Pieces | None:
+    """The suite file's bytes cut into at most ``parts`` runs of missions, or None."""
+    data = data.removeprefix(codecs.BOM_UTF8)
+    if not data.lstrip(_SPACE).startswith(b"{") or b"\0" in data:
         return None
-    opened = _MISSIONS.search(text)
+    opened = _MISSIONS.search(data)
     if opened is None:
         return None
-    head = _loads(text[:opened.end()] + "]}")
+    head = _loads(data[:opened.end()] + b"]}")
     if not isinstance(head, dict) or list(head)[-1:] != ["missions"] or head["missions"] != []:
         return None
     start = opened.end()
-    closing = _CLOSE.search(text, start)
-    if closing is None or not text[start:closing.start()].lstrip().startswith("{"):
+    closing = _CLOSE.search(data, start)
+    if closing is None or not data[start:closing.start()].lstrip(_SPACE).startswith(b"{"):
         return None
     end = closing.start() + 1  # just past the last mission's "}"
-    fields = _tail(text[closing.end():])
+    fields = _tail(data[closing.end():])
     if fields is None or "missions" in fields or fields.keys() & head.keys():
         return None
     del head["missions"]
-    return Pieces(path, text, {**head, **fields}, tuple(_split(text, start, end, parts)))
+    return Pieces(path, data, {**head, **fields}, tuple(_split(data, start, end, parts)))
 
 
-def _split(text: str, start: int, end: int, parts: int) -> list[tuple[int, int]]:
+def _split(data: bytes, start: int, end: int, parts: int) -> list[tuple[int, int]]:
     """[start, end) cut into at most ``parts`` runs of whole mission objects, near-even."""
     spans, begin = [], start
     for k in range(1, parts):
         target = start + (end - start) * k // parts
-        found = _BETWEEN.search(text, max(target, begin), end)
+        found = _BETWEEN.search(data, max(target, begin), end)
         if found is None:
             break
         spans.append((begin, found.end(1)))
@@ -94,13 +101,13 @@ def _split(text: str, start: int, end: int, parts: int) -> list[tuple[int, int]]
     return spans
 
 
-def _tail(rest: str) -> dict[str, Any] | None:
-    """The top-level fields after the missions list (the text after its "]")."""
-    rest = rest.lstrip()
-    if rest.startswith(","):
-        found = _loads("{" + rest[1:])
+def _tail(rest: bytes) -> dict[str, Any] | None:
+    """The top-level fields after the missions list (the bytes after its "]")."""
+    rest = rest.lstrip(_SPACE)
+    if rest.startswith(b","):
+        found = _loads(b"{" + rest[1:])
         return found if isinstance(found, dict) else None
-    return {} if rest.rstrip() == "}" else None
+    return {} if rest.rstrip(_SPACE) == b"}" else None
 
 
 class Odd(Exception):
@@ -116,8 +123,8 @@ def missions(pieces: Pieces, index: int, chunk_chars: int = 2**21) -> Iterator[t
     """
     start, end = pieces.spans[index]
     parts = max(1, (end - start) // chunk_chars)
-    for begin, stop in _split(pieces.text, start, end, parts):
-        raw = _loads("[" + pieces.text[begin:stop] + "]")
+    for begin, stop in _split(pieces.data, start, end, parts):
+        raw = _loads(b"[" + pieces.data[begin:stop] + b"]")
         if not isinstance(raw, list):
             raise Odd
         builder = _Builder(pieces.path, _Tree())
