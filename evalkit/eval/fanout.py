@@ -5,8 +5,9 @@ building and checking missions, decoding summaries, judging, rendering —
 is per-mission Python, so one process keeps one core busy. Here the suite's
 text is cut into runs of missions (``suite_pieces``); each process parses,
 builds, checks, reads the kept summaries of, judges and renders its own
-run, and sends back the rendered verdicts, the tally the suite-wide check
-rules need, and running totals. This process stitches them together.
+run a few thousand missions at a time, appending what it renders to
+scratch files, and sends back the tally the suite-wide check rules need and
+running totals. This process writes the report's head, then the files.
 
 The result is byte for byte what the one-process path writes: the same
 functions judge and render, totals are exact (see ``score._Totals``), and
@@ -87,9 +88,9 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
                    want_markdown: bool, workers: int | None = None) -> Rendered | None:
     """The report of ``suite_path`` scored from ``dataset`` on several cores, or None.
 
-    None means "score it the usual way": too small to pay, one core, a
-    suite that is not a large pretty-printed JSON document, a check
-    problem, or a dataset without current kept summaries.
+    None means "score it the usual way": too small to pay, a suite that is
+    not a JSON document, a check problem, or a dataset without current kept
+    summaries. With one core it still pays: the work streams, so memory stays low.
     """
     workers = workers if workers is not None else len(os.sched_getaffinity(0))
     try:
@@ -107,7 +108,10 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
         kept = tables.KeptSummaries(Path(dataset))
     except (pa.ArrowException, OSError, ValueError):
         return None  # a damaged table: the usual path falls back to the events
-    scratch = Path(tempfile.mkdtemp(prefix="evalkit-score-"))
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix="evalkit-score-"))
+    except OSError:
+        return None
     try:
         shares = _run(_Job(pieces, kept, kept.under(), split, want_json, want_markdown, scratch))
         found = None
