@@ -264,3 +264,25 @@ def test_bytes_the_whole_suite_loader_refuses_are_refused_here_too(corpus: Path,
     with_bom.write_bytes(b"\xef\xbb\xbf" + good)
     assert _fanned(with_bom, corpus / "dataset.parquet", "all", 2) == _serial(
         with_bom, corpus / "dataset.parquet", "all")
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**60, 2**60) | st.text(max_size=8)
+                     | st.floats(allow_nan=False, allow_infinity=False),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(head=st.dictionaries(st.sampled_from(["format", "suite", "halves"]), _JSON, max_size=3),
+       verdicts=st.lists(st.dictionaries(st.text(max_size=4), _JSON, max_size=4), max_size=4),
+       cut_at=st.integers(0, 4))
+def test_verdicts_encoded_in_runs_stitch_to_one_encoding(head, verdicts, cut_at) -> None:
+    import orjson
+
+    from evalkit.report.markdown import encode_verdicts, stitch_json, to_json_bytes
+
+    report = {**head, "verdicts": verdicts}
+    whole = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    assert to_json_bytes(report) == whole
+    runs = [encode_verdicts(verdicts[:cut_at]), encode_verdicts(verdicts[cut_at:])]
+    assert stitch_json(head, runs) == whole

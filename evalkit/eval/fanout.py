@@ -208,13 +208,15 @@ class _Files:
         for file in self.files.values():
             file.close()
 
-    def _write(self, name: str, data: bytes) -> None:
+    def _write(self, name: str, data: bytes | memoryview) -> None:
         self.files[name].write(data)
         self.sizes[name] += len(data)
 
-    def json(self, run: bytes) -> None:
+    def json(self, run: bytes | memoryview) -> None:
         if run:
-            self._write("json", b",\n" + run if self.sizes["json"] else run)
+            if self.sizes["json"]:
+                self._write("json", b",\n")
+            self._write("json", run)
 
     def markdown(self, rows: HalfLines, failures: HalfLines) -> None:
         for half in self.halves:

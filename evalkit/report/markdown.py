@@ -18,7 +18,7 @@ from evalkit.errors import EvalkitError
 
 #: A piece of a rendered report: bytes, or a file whose bytes go there (a fan-out's
 #: workers write their verdicts to files, so a million of them are never all in memory).
-Part = bytes | Path
+Part = bytes | memoryview | Path
 
 
 @dataclass
@@ -50,15 +50,15 @@ class Rendered:
 def write_parts(stream: BinaryIO, parts: list[Part]) -> None:
     """Write the parts one after another; a file part is copied a megabyte at a time."""
     for part in parts:
-        if isinstance(part, bytes):
-            stream.write(part)
-        else:
+        if isinstance(part, Path):
             with open(part, "rb") as source:
                 shutil.copyfileobj(source, stream, 2**20)
+        else:
+            stream.write(part)
 
 
 def _joined(parts: list[Part]) -> bytes:
-    return b"".join(part if isinstance(part, bytes) else part.read_bytes() for part in parts)
+    return b"".join(part.read_bytes() if isinstance(part, Path) else part for part in parts)
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -77,24 +77,28 @@ def to_json_bytes(report: dict[str, Any]) -> bytes:
     return stitch_json(head, [encode_verdicts(report.get("verdicts", []))])
 
 
-def encode_verdicts(verdicts: list[dict[str, Any]]) -> bytes:
+def encode_verdicts(verdicts: list[dict[str, Any]]) -> bytes | memoryview:
     """Verdicts as they sit inside the report's list: indented, comma-separated.
 
     Runs of verdicts encoded apart (by the processes of a fan-out) are
-    joined by ``stitch_json`` into the bytes one encoding would give.
+    joined by ``stitch_json`` into the bytes one encoding would give. They
+    are encoded inside a ``{"verdicts": [...]}`` of their own, so the
+    indentation is already the report's, and cut out without a copy.
     """
     if not verdicts:
         return b""
     try:
-        text = orjson.dumps(verdicts, option=orjson.OPT_INDENT_2)
+        text = orjson.dumps({"verdicts": verdicts}, option=orjson.OPT_INDENT_2)
     except TypeError:
-        text = json.dumps(verdicts, indent=2, ensure_ascii=False, allow_nan=False).encode()
-    # "[\n  {...},\n  {...}\n]" -> each line two levels deeper, brackets dropped. A raw
-    # newline only ever separates tokens: JSON writes one inside a string as \n.
-    return b"  " + text[2:-2].replace(b"\n", b"\n  ")
+        text = json.dumps({"verdicts": verdicts}, indent=2, ensure_ascii=False,
+                          allow_nan=False).encode()
+    return memoryview(text)[len(_VERDICTS_OPEN):-len(_VERDICTS_CLOSE)]
 
 
-def stitch_json(head: dict[str, Any], runs: list[bytes]) -> bytes:
+_VERDICTS_OPEN, _VERDICTS_CLOSE = b'{\n  "verdicts": [\n', b"\n  ]\n}"
+
+
+def stitch_json(head: dict[str, Any], runs: list[bytes | memoryview]) -> bytes:
     """The report ``head`` (every field but the verdicts) followed by runs of encoded verdicts."""
     return _joined(json_parts(head, runs))
 
