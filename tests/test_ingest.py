@@ -8,6 +8,8 @@ from pathlib import Path
 import duckdb
 import orjson
 import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from evalkit.store import dataset as ds
 from evalkit.store.ingest import discover, ingest
@@ -168,3 +170,108 @@ def test_worker_processes_give_the_same_tables_as_one_process(tmp_path):
         a = pq.read_table(tmp_path / "one" / f"{table}.parquet")
         b = pq.read_table(tmp_path / "two" / f"{table}.parquet")
         assert a.to_pylist() == b.to_pylist(), table
+
+
+# --- the two paths a line can take: orjson's own text (fast) or anything else (SQL) ---
+
+_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+                    st.floats(allow_nan=False, allow_infinity=False),
+                    st.sampled_from([0.0, -0.0, 1e16, 1e-7, 2.0**63, 3.0]),
+                    st.text(max_size=6), st.sampled_from(["\x1f", ",\"record\":", "{", "é"]))
+_JSON = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.sampled_from(["a", "which", "record", "seq"]) | st.text(max_size=4),
+                                       inner, max_size=3), max_leaves=6)
+_EVENT_KEYS = ["event", "branch", "index", "tool", "call", "ok", "injected", "repairing", "ran",
+               "grounded", "verified", "repairs", "outcome", "reason", "steps", "max_steps",
+               "elapsed_s", "budget", "usage", "text", "run_id", "protocol", "profile",
+               "sandbox", "objective", "plan", "schema_version", "record", "seq"]
+
+
+@st.composite
+def _event(draw: st.DrawFn) -> dict:
+    record = {"event": draw(st.sampled_from(["mission_started", "mission_finished",
+                                              "tool_call", "answer", "step_started"]) | _JSON)}
+    for name in draw(st.lists(st.sampled_from(_EVENT_KEYS), unique=True, max_size=6)):
+        if name == "usage":
+            record[name] = draw(st.dictionaries(st.sampled_from(
+                ["prompt_tokens", "completion_tokens", "total_tokens", "calls", "cost"]),
+                _SCALAR, max_size=3) | _JSON)
+        elif name == "budget":
+            record[name] = draw(st.fixed_dictionaries({"which": _SCALAR}) | _JSON)
+        else:
+            record[name] = draw(_JSON)
+    return record
+
+
+@st.composite
+def _plain(draw: st.DrawFn, keys: dict) -> dict:
+    return {k: draw(v) for k, v in keys.items() if draw(st.booleans())}
+
+
+_MODEL = {"call": _SCALAR, "at": _SCALAR, "kind": _SCALAR,
+          "reply": st.fixed_dictionaries({}, optional={
+              "content": _SCALAR, "usage": st.dictionaries(st.sampled_from(
+                  ["prompt_tokens", "completion_tokens", "total_tokens"]), _SCALAR) | _JSON})
+          | _JSON}
+_TOOLS = {"call": _SCALAR, "at": _SCALAR, "tool": _SCALAR, "arguments": _JSON,
+          "result": st.fixed_dictionaries({}, optional={"exit_code": _SCALAR}) | _JSON,
+          "catalogue": _JSON}
+
+
+def _text(value: object, spaced: bool) -> str:
+    """A line as the run store writes it (orjson's own text) or as another writer might."""
+    if not spaced:
+        try:
+            return orjson.dumps(value).decode()
+        except orjson.JSONEncodeError:  # integers past 64 bits
+            pass
+    return json.dumps(value, ensure_ascii=spaced)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(events=st.lists(st.tuples(_event(), st.booleans(), st.booleans(), _SCALAR,
+                                 st.dictionaries(st.sampled_from(["at", "x"]), _JSON)),
+                       max_size=8),
+       model=st.lists(st.tuples(_plain(_MODEL), st.booleans()), max_size=4),
+       tools=st.lists(st.tuples(_plain(_TOOLS), st.booleans()), max_size=4))
+def test_every_line_reads_as_the_reference_either_way(tmp_path_factory, events, model, tools):
+    """Canonical lines take the fast path, the rest the SQL: both say what dataset.py says."""
+    runs = tmp_path_factory.mktemp("runs")
+    run = runs / "r"
+    run.mkdir()
+    lines = {
+        "events": [_text({"seq": seq, **head, "record": r} if wrapped else r, spaced)
+                   for r, wrapped, spaced, seq, head in events],
+        "model": [_text(m, spaced) for m, spaced in model],
+        "tools": [_text(t, spaced) for t, spaced in tools],
+    }
+    for name, text in lines.items():
+        (run / f"{name}.jsonl").write_text("".join(f"{line}\n" for line in text), encoding="utf-8")
+    out = ingest(runs, runs / "ds").out
+    got = {"events": _rows(out, "events"), "model": _rows(out, "model_calls"),
+           "tools": _rows(out, "tool_calls")}
+    for name, columns in (("events", None), ("model", ds.model_columns),
+                          ("tools", ds.tool_columns)):
+        want = []
+        for number, line in enumerate(lines[name], start=1):
+            kind, record, env = ds.classify(line)
+            if kind == "record":
+                row = (ds.event_columns(record, env) if columns is None
+                       else columns(env if env is not None else record))
+                want.append((number, row))
+        assert [r["line"] for r in got[name]] == [n for n, _ in want], name
+        for row, (_, expected) in zip(got[name], want, strict=True):
+            assert orjson.loads(row["record"]) == orjson.loads(expected["record"]), name
+            expected["record"] = row["record"]
+            assert {k: row[k] for k in expected} == expected, (name, row["line"])
+
+
+def test_a_tool_call_with_string_arguments_is_ingested(tmp_path: Path) -> None:
+    """DuckDB once cast the unwrapped string back to JSON: {"arguments":"x"} failed."""
+    run = tmp_path / "runs" / "r"
+    write_run(run, [bare(finished())])
+    (run / "tools.jsonl").write_text('{"call":1,"arguments":"x","catalogue":"c"}\n'
+                                     '{"call": 2, "arguments": "y", "catalogue": 1e+16}\n')
+    rows = _rows(ingest(tmp_path / "runs").out, "tool_calls")
+    assert [(r["arguments"], r["catalogue"]) for r in rows] == [("x", "c"), ("y", "1e+16")]

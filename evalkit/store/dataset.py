@@ -1,12 +1,13 @@
 """The Parquet dataset's shape, and the reference meaning of every column.
 
 A dataset is derived from JSONL and must say exactly what the JSONL reader
-says. The fast path (DuckDB SQL in ``evalkit.store.ingest``) is therefore
-checked against, and falls back to, the plain Python functions here, which
-build a row from a record the way ``evalkit.store.reader`` and
-``evalkit.eval.summary`` read it: lines parsed by orjson, envelopes unwrapped
-by ``reader.unwrap``, text fields through ``summary.text``, numbers through
-``summary.number``, booleans through ``summary.flag``.
+says. The plain Python functions here build a row from a record the way
+``evalkit.store.reader`` and ``evalkit.eval.summary`` read it: lines parsed
+by orjson, envelopes unwrapped by ``reader.unwrap``, text fields through
+``summary.text``, numbers through ``summary.number``, booleans through
+``summary.flag``. ``evalkit.store.ingest`` computes most rows with these very
+functions (column by column, over the lines orjson writes back unchanged) and
+the rest in DuckDB SQL, which is checked against, and falls back to, them.
 
 Numbers are stored as DOUBLE (a column has one type); integers beyond 2**53
 lose precision there, so a consumer needing them exactly reads ``record``.

@@ -1,34 +1,50 @@
 """``evalkit ingest``: run directories -> a Parquet dataset DuckDB can read.
 
-Why SQL and not a Python loop: parsing JSON line by line in Python costs
-more than everything else a scorer does. Here Python only reads bytes and
-decodes them exactly like ``reader.read_events_file``; DuckDB splits lines,
-validates JSON, unwraps envelopes and extracts typed columns, many files at a
-time, on every core. The few lines where DuckDB's JSON parser and orjson (the
-reader's parser) could disagree — NaN/Infinity literals, trailing commas,
-overflowing or 64-bit-plus numbers, duplicate keys, non-object lines — and
-the few records whose columns need Python's own formatting (non-conforming
-records, non-string values in text fields) are flagged in SQL with cheap
-tests and recomputed in Python by ``evalkit.store.dataset`` — the reference
-meaning of every column. So a dataset says what the reader says, by
-construction, and pays for Python only on rows that are rare in practice.
+A dataset must say exactly what the JSONL reader says; ``evalkit.store.dataset``
+holds the reference meaning of every column. Two paths get there:
 
-Work goes in batches of files so memory stays bounded; each batch is
-appended to the four Parquet files as row groups. A caller may add tables
-derived from each batch (a ``Derivation``: ``evalkit.eval.tables`` adds the
-per-run summaries scoring reads), computed while the batch is in memory, so
-nothing is parsed twice and this module needs to know nothing of scoring. The dataset is written to a
-temporary folder and renamed into place, so a reader never sees half of one.
+* The fast path reads every line with orjson, the reader's own parser, and
+  takes the records whose line is exactly the text ``orjson.dumps`` writes
+  back for them (what the run store writes). For those nothing is in doubt:
+  the columns are the reference functions' values, computed column by column,
+  and the ``record`` text is the line (an envelope's record cut out of it).
+  Blank, torn and non-object lines are counted as the reader counts them.
+* Every other record line (other spacing or number spellings, duplicate keys,
+  NaN…) goes to DuckDB SQL, which splits lines, validates JSON, unwraps
+  envelopes and extracts typed columns. The few lines where DuckDB's JSON
+  parser and orjson could disagree — NaN/Infinity literals, trailing commas,
+  overflowing or 64-bit-plus numbers, duplicate keys, non-object lines — and
+  the few records whose columns need Python's own formatting (non-conforming
+  records, non-string values in text and JSON-text fields) are flagged in SQL with cheap
+  tests and recomputed in Python by ``evalkit.store.dataset``. This path
+  decides the ``record`` text of such lines (the line, its cut-out record, or
+  DuckDB's or orjson's serialisation), so it stays the one that reads them.
+
+Work goes in batches of run directories so memory stays bounded. Large sets
+are converted by several processes (this one among them), a batch at a time;
+this process writes every batch's tables, in batch order, as row groups of
+one Parquet file per table, so the files are what one process would write.
+A caller may add tables derived from each batch (a ``Derivation``:
+``evalkit.eval.tables`` adds the per-run summaries scoring reads), computed
+while the batch is in memory, so nothing is read twice and this module needs
+to know nothing of scoring. The dataset is written to a temporary folder and
+renamed into place, so a reader never sees half of one.
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import shutil
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from itertools import count, islice
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,14 +59,21 @@ from evalkit.errors import EvalkitError
 from evalkit.store import dataset as ds
 from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE
 
-#: Bytes of JSONL handed to DuckDB at once: big enough to keep both cores
-#: busy, small enough that peak memory stays a few hundred MB.
-BATCH_BYTES = 48 * 2**20
+#: Bytes of JSONL converted at once by one process: big enough that per-batch
+#: costs vanish, small enough that what a batch builds stays in warm memory
+#: (converting went 3% faster per byte than at 48 MB, and peak memory is lower).
+BATCH_BYTES = 24 * 2**20
 BATCH_FILES = 4000
 _CHUNK_FILES = 16
 
-#: What ``str.strip()`` removes: a line of only these is blank, as in the reader.
-_PY_SPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+
+@functools.cache
+def _py_space() -> str:
+    """What ``str.strip()`` removes: a line of only these is blank, as in the reader.
+    (Built on first use: the walk over every code point costs a worker's start 60 ms.)"""
+    return "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+
+
 _JSON_SPACE = " \t\r"
 
 #: Text that may make DuckDB (yyjson) and orjson read a line differently:
@@ -101,7 +124,7 @@ def _lines_sql(source: str) -> str:
     l AS (
         SELECT fid, line, text,
                CASE WHEN starts_with(text, '{{') THEN false
-                    ELSE trim(text, '{_PY_SPACE}') = '' END AS blank,
+                    ELSE trim(text, '{_py_space()}') = '' END AS blank,
                CASE WHEN starts_with(text, '{{') AND ends_with(text, '}}') THEN text
                     ELSE trim(text, '{_JSON_SPACE}') END AS t
         FROM raw WHERE NOT (line = n AND text = '')
@@ -264,12 +287,17 @@ def _plain_sql(columns: dict[str, tuple[str, str]], objects: tuple[str, ...]) ->
     for name in names:
         path, kind = columns[name]
         if kind == "json":
+            # ::VARCHAR, or the CASE's type is JSON and a string value, unwrapped
+            # by j_str, is cast back to JSON: {"arguments":"x"} failed to ingest.
             v = x[path]
             select.append(f"CASE WHEN left({v}, 1) = '\"' THEN j_str({v}) "
-                          f"WHEN {v} <> 'null' THEN {v} END AS \"{name}\"")
+                          f"WHEN {v} <> 'null' THEN {v}::VARCHAR END AS \"{name}\"")
         else:
             select.append(f'j_{kind}({x[path]}) AS "{name}"')
-    odd = " OR ".join(f"j_odd({x[columns[n][0]]})" for n in names if columns[n][1] == "str")
+    # A text column holding another JSON value is formatted by Python (orjson): DuckDB
+    # writes some values otherwise (1e+16 as 10000000000000000.0, \u001F for \u001f).
+    odd = " OR ".join(f"j_odd({x[columns[n][0]]})" for n in names
+                      if columns[n][1] in ("str", "json"))
     dups = " OR ".join(f"coalesce(left({x[p]}, 1) = '{{' AND has_dup(json_keys({x[p]})), false)"
                        for p in objects)
     path_list = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
@@ -294,20 +322,277 @@ def _plain_sql(columns: dict[str, tuple[str, str]], objects: tuple[str, ...]) ->
     """
 
 
-_MODEL_SQL = _plain_sql(
-    {"call": ("$.call", "int"), "at": ("$.at", "str"), "kind": ("$.kind", "str"),
-     "content": ("$.reply.content", "str"),
-     "prompt_tokens": ("$.reply.usage.prompt_tokens", "num"),
-     "completion_tokens": ("$.reply.usage.completion_tokens", "num"),
-     "total_tokens": ("$.reply.usage.total_tokens", "num")},
-    ("$.reply", "$.reply.usage"),
+@functools.cache
+def _sql(kind: str) -> str:
+    """The SQL reading one kind of file (``events``, ``model`` or ``tools``), built once
+    per process, when a line first needs it."""
+    if kind == "events":
+        return _events_sql()
+    if kind == "model":
+        return _plain_sql(
+            {"call": ("$.call", "int"), "at": ("$.at", "str"), "kind": ("$.kind", "str"),
+             "content": ("$.reply.content", "str"),
+             "prompt_tokens": ("$.reply.usage.prompt_tokens", "num"),
+             "completion_tokens": ("$.reply.usage.completion_tokens", "num"),
+             "total_tokens": ("$.reply.usage.total_tokens", "num")},
+            ("$.reply", "$.reply.usage"),
+        )
+    return _plain_sql(
+        {"call": ("$.call", "int"), "at": ("$.at", "str"), "tool": ("$.tool", "str"),
+         "arguments": ("$.arguments", "json"), "exit_code": ("$.result.exit_code", "int"),
+         "catalogue": ("$.catalogue", "json")},
+        ("$.result",),
+    )
+
+
+# --- the fast path: lines that are orjson's own text ------------------------------
+
+#: Top-level fields of an events record the columns read (each record is visited once).
+_EVENT_TOP = (
+    "event", "branch", "index", "tool", "call", "ok", "injected", "repairing", "ran",
+    "grounded", "verified", "repairs", "outcome", "reason", "steps", "max_steps",
+    "elapsed_s", "budget", "usage", "text", "run_id", "protocol", "profile", "sandbox",
+    "objective",
 )
-_TOOL_SQL = _plain_sql(
-    {"call": ("$.call", "int"), "at": ("$.at", "str"), "tool": ("$.tool", "str"),
-     "arguments": ("$.arguments", "json"), "exit_code": ("$.result.exit_code", "int"),
-     "catalogue": ("$.catalogue", "json")},
-    ("$.result",),
+
+#: What an events row keeps of the envelope (``dataset.event_columns`` reads these two).
+_ENVELOPE_KEYS = ("seq", "at")
+
+_Convert = Callable[[Any], Any]
+#: (column, path of object keys, reference function): the value at the path (objects
+#: descended into, anything else read as null) through ``text``/``integer``/``real``/
+#: ``flag``, exactly as ``dataset.event_columns``/``model_columns``/``tool_columns`` read it.
+_Spec = tuple[tuple[str, tuple[str, ...], _Convert], ...]
+
+_EVENT_SPEC: _Spec = (
+    *((name, (name,), ds.text) for name in (
+        "event", "branch", "tool", "outcome", "reason", "text", "run_id", "protocol",
+        "profile", "sandbox", "objective")),
+    *((name, (name,), ds.integer) for name in ("index", "call")),
+    *((name, (name,), ds.flag) for name in ("ok", "repairing", "ran", "grounded", "verified")),
+    *((name, (name,), ds.real) for name in ("repairs", "steps", "max_steps", "elapsed_s")),
+    *((name, ("usage", name), ds.real) for name in _USAGE),
 )
+_MODEL_SPEC: _Spec = (
+    ("call", ("call",), ds.integer), ("at", ("at",), ds.text), ("kind", ("kind",), ds.text),
+    ("content", ("reply", "content"), ds.text),
+    *((name, ("reply", "usage", name), ds.real)
+      for name in ("prompt_tokens", "completion_tokens", "total_tokens")),
+)
+_TOOL_SPEC: _Spec = (
+    ("call", ("call",), ds.integer), ("at", ("at",), ds.text), ("tool", ("tool",), ds.text),
+    # text(None) is None: a missing key and a null read alike, as in tool_columns.
+    ("arguments", ("arguments",), ds.text), ("exit_code", ("result", "exit_code"), ds.integer),
+    ("catalogue", ("catalogue",), ds.text),
+)
+
+
+@dataclass
+class _Parsed:
+    """The lines of one kind of file across a batch, as the fast path read them.
+
+    ``rows`` hold, per record it took, the values of the table's top-level keys (and,
+    for events, whether ``plan`` is there, ``contract.conforms`` and the envelope's
+    ``seq`` and ``at``);
+    ``slow`` are the record lines it left to the SQL path, as (fid, line, text).
+    """
+
+    fid: list[int]
+    line: list[int]
+    rows: list[tuple[Any, ...]]
+    texts: list[str]
+    slow: list[tuple[int, int, str]]
+    counts: dict[str, np.ndarray]
+
+
+def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool) -> _Parsed:
+    """Read every line as ``reader.parse_text`` does (orjson: blank, torn, non-object or a
+    record, envelopes unwrapped) and keep the records whose text is exactly what
+    ``orjson.dumps`` writes for them.
+
+    For such a line nothing is left to decide: the SQL path keeps this very text as
+    ``record`` (the line, or the envelope's record cut out of it) whether or not it
+    flags the line rare, a rare row's text being ``orjson.dumps`` of its record; and
+    the columns are computed from the parsed record by the reference functions
+    themselves. Every other record line (spaces, other number spellings, duplicate
+    keys, NaN…) goes to the SQL path, which decides it as before.
+    """
+    loads, dumps = orjson.loads, orjson.dumps
+    refused, unwritable = orjson.JSONDecodeError, orjson.JSONEncodeError
+    conforms = ds.conforms
+    fids: list[int] = []
+    numbers: list[int] = []
+    rows: list[tuple[Any, ...]] = []
+    texts: list[str] = []
+    slow: list[tuple[int, int, str]] = []
+    n = len(contents)
+    counts = {kind: [0] * n for kind in _KINDS}
+    records, blank, torn, non_object = (counts[k] for k in _KINDS)
+    add_row, add_text, add_number = rows.append, texts.append, numbers.append
+    for fid, content in enumerate(contents):
+        if content is None:
+            continue
+        pieces = content.split("\n")
+        if not pieces[-1]:
+            pieces.pop()  # the newline that ends the last line starts no new line
+        taken = len(rows)
+        for number, line in enumerate(pieces, 1):
+            try:
+                value = loads(line)
+            except refused:
+                if line.strip():
+                    torn[fid] += 1
+                else:
+                    blank[fid] += 1
+                continue
+            if type(value) is not dict:
+                non_object[fid] += 1
+                continue
+            envelope = None
+            try:
+                fast = dumps(value).decode() == line
+            except unwritable:  # nested deeper than orjson writes
+                fast = False
+            text = line
+            if fast and events and "seq" in value and "event" not in value \
+                    and type(value.get("record")) is dict:  # reader.unwrap
+                envelope, value = value, value["record"]
+                # The SQL cuts the record out at the first ,"record": and keeps that
+                # text. Here that is the record's own text when the record comes last
+                # and nothing before it could hold another ,"record": (no object or
+                # list: in a string the quote would be escaped).
+                cut = line.find(',"record":')
+                fast = (cut > 0 and next(reversed(envelope)) == "record"
+                        and line.find("{", 1, cut) < 0 and line.find("[", 1, cut) < 0)
+                text = line[cut + 10:-1]
+            if not fast:
+                slow.append((fid, number, line))
+                continue
+            add_number(number)
+            add_text(text)
+            if events:  # only the values: the records themselves can go at once
+                add_row((*map(value.get, keys), "plan" in value, conforms(value),
+                         *(map(envelope.get, _ENVELOPE_KEYS) if envelope is not None
+                           else (None, None))))
+            else:
+                add_row(tuple(map(value.get, keys)))
+        taken = len(rows) - taken
+        records[fid] += taken
+        fids.extend([fid] * taken)
+    return _Parsed(fids, numbers, rows, texts, slow,
+                   {kind: np.array(c, dtype=np.int64) for kind, c in counts.items()})
+
+
+def _each(convert: _Convert, values: Iterable[Any]) -> list[Any]:
+    """``convert`` over values (every reference function reads null as null)."""
+    return [None if v is None else convert(v) for v in values]
+
+
+_NONE = type(None)
+#: The kinds of value Arrow converts to exactly what each reference function gives
+#: (Not -0.0 for ``real``, which reads it as 0.0; integers past 64 bits Arrow refuses.)
+_AS_IS: dict[_Convert, set[type]] = {
+    ds.integer: {int, _NONE}, ds.flag: {bool, _NONE},
+    ds.real: {int, float, _NONE},
+}
+
+
+def _column(convert: _Convert, values: Sequence[Any], type_: pa.DataType) -> pa.Array:
+    """``convert`` over ``values``, as an Arrow array.
+
+    Where every value is of a kind Arrow converts to what ``convert`` gives (a
+    string or null for ``text``, say: nearly always), Arrow converts them itself; a
+    Python call per value costs several times that.
+    """
+    if convert is ds.text:  # Arrow takes strings and nulls, and refuses anything else
+        with suppress(pa.ArrowTypeError, pa.ArrowInvalid):
+            return pa.array(values, type_)
+    elif set(map(type, values)) <= _AS_IS[convert] and not (convert is ds.real and 0 in values):
+        with suppress(OverflowError, pa.ArrowInvalid):  # integers past 64 bits: Python says
+            return pa.array(values, type_)
+    return pa.array(_each(convert, values), type_)
+
+
+def _spec_columns(spec: _Spec, top: dict[str, Sequence[Any]], types: dict[str, pa.DataType]
+                  ) -> dict[str, pa.Array]:
+    """The columns of ``spec`` from the top-level values, descending into objects."""
+    found: dict[tuple[str, ...], Sequence[Any]] = {(k,): v for k, v in top.items()}
+    out = {}
+    for name, path, convert in spec:
+        for depth in range(2, len(path) + 1):
+            if path[:depth] not in found:
+                found[path[:depth]] = [v.get(path[depth - 1]) if type(v) is dict else None
+                                       for v in found[path[:depth - 1]]]
+        out[name] = _column(convert, found[path], types[name])
+    return out
+
+
+def _event_columns(parsed: _Parsed, types: dict[str, pa.DataType]) -> dict[str, pa.Array]:
+    """The typed events columns of the fast path's records: ``dataset.event_columns``,
+    column by column (a test holds the two equal)."""
+    n = len(parsed.rows)
+    values = list(zip(*parsed.rows, strict=True)) if n else [()] * (len(_EVENT_TOP) + 4)
+    top = dict(zip(_EVENT_TOP, values[:len(_EVENT_TOP)], strict=True))
+    has_plan, problems, seq, at = values[len(_EVENT_TOP):]
+    columns = _spec_columns(_EVENT_SPEC, top, types)
+    columns["seq"] = _column(ds.integer, seq, types["seq"])
+    columns["at"] = _column(ds.text, at, types["at"])
+    columns["has_plan"] = pa.array(has_plan, types["has_plan"])
+    columns["injected_truthy"] = pa.array([bool(v) for v in top["injected"]],
+                                          types["injected_truthy"])
+    columns["budget_which"] = pa.array([
+        None if b is None else ds.text(b.get("which")) if type(b) is dict else ds.text(b)
+        for b in top["budget"]], types["budget_which"])
+    if any(problems):
+        columns["problems"] = pa.array(problems, types["problems"])
+    else:  # the usual batch: every record conforms
+        columns["problems"] = pa.ListArray.from_arrays(
+            pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()),
+            type=types["problems"])
+    return columns
+
+
+def _plain_columns(parsed: _Parsed, spec: _Spec, types: dict[str, pa.DataType]
+                   ) -> dict[str, pa.Array]:
+    keys = _top_keys(spec)
+    values = list(zip(*parsed.rows, strict=True)) if parsed.rows else [()] * len(keys)
+    return _spec_columns(spec, dict(zip(keys, values, strict=True)), types)
+
+
+def _top_keys(spec: _Spec) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(path[0] for _, path, _ in spec))
+
+
+def _lines_table(con: duckdb.DuckDBPyConnection, contents: list[str | None], kind: str
+                 ) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    """The record rows (with ``fid`` and ``line``) and per-file line counts of one kind of
+    file (``events``, ``model`` or ``tools``): the fast path's rows and the SQL's, in order."""
+    row, fields, spec = _KIND_WAYS[kind]
+    events = kind == "events"
+    parsed = _parse(contents, _EVENT_TOP if events else _top_keys(spec), events)
+    schema = pa.schema([pa.field("fid", pa.int32()), pa.field("line", pa.int32()), *fields])
+    types = {f.name: f.type for f in schema}
+    columns = (_event_columns(parsed, types) if events
+               else _plain_columns(parsed, spec, types))
+    columns["fid"] = pa.array(parsed.fid, pa.int32())
+    columns["line"] = pa.array(parsed.line, pa.int32())
+    columns["record"] = pa.array(parsed.texts, pa.string())
+    table = pa.table([columns[f.name] for f in schema], schema=schema)
+    counts = parsed.counts
+    if parsed.slow:
+        # Each slow line goes in as a file of its own; its row and count go back to its file.
+        slow, slow_counts = _records(_query(con, _sql(kind), [t for _, _, t in parsed.slow]),
+                                     row, fields, len(parsed.slow))
+        where = slow.column("fid").to_numpy()
+        fid = np.array([f for f, _, _ in parsed.slow], dtype=np.int32)
+        line = np.array([n for _, n, _ in parsed.slow], dtype=np.int32)
+        slow = slow.set_column(0, "fid", pa.array(fid[where])).set_column(
+            1, "line", pa.array(line[where]))
+        table = pa.concat_tables([table, slow]).sort_by([("fid", "ascending"),
+                                                         ("line", "ascending")])
+        for k in _KINDS:
+            np.add.at(counts[k], fid, slow_counts[k])
+    return table, counts
 
 
 # --- driving it ----------------------------------------------------------------
@@ -348,44 +633,82 @@ def discover(root: Path, skip: Path | None = None) -> list[Path]:
 
     ``skip`` (a dataset folder) and its temporary siblings are not descended into.
     """
-    root = Path(root)
-    skip_real = os.path.realpath(skip) if skip is not None else None
-    temp_prefix = f".{skip.name}." if skip is not None else None
-    found: list[Path] = []
-    stack = [os.fspath(root)]
+    return [Path(run) for run in _walk(root, skip)]
+
+
+def _walk(root: Path, skip: Path | None = None) -> Iterator[str]:
+    """``discover``, lazily: each run directory as it is found, in component-wise path
+    order (sorted(Path) order: a directory's subdirectories by name, a run before
+    the runs inside it). Ingest converts the first runs while the rest are still to
+    be found: listing 100k run directories takes seconds here, all of it system calls.
+    """
+    skip_name = skip.name if skip is not None else None
+    skip_parent = os.path.dirname(os.path.realpath(skip)) if skip is not None else None
+    stack: list[Iterator[str]] = [iter([os.fspath(root)])]
     while stack:
-        here = stack.pop()
+        here = next(stack[-1], None)
+        if here is None:
+            stack.pop()
+            continue
         try:
-            entries = list(os.scandir(here))
+            with os.scandir(here) as listing:
+                entries = list(listing)
         except OSError:
             continue
+        run = False
+        below = []
         for entry in entries:
             if entry.name == EVENTS_FILE and entry.is_file():
-                found.append(Path(here))
+                run = True
             elif entry.is_dir(follow_symlinks=False):
-                if skip is not None and (
-                    entry.name == skip.name or entry.name.startswith(temp_prefix)
-                ) and os.path.realpath(os.path.dirname(entry.path)) == os.path.dirname(skip_real):
+                if skip_name is not None and (
+                    entry.name == skip_name or entry.name.startswith(f".{skip_name}.")
+                ) and os.path.realpath(here) == skip_parent:
                     continue
-                stack.append(entry.path)
-    prefix = len(os.fspath(root).rstrip(os.sep)) + 1
-    # Component-wise order, as sorted(Path) gives, without building Path parts.
-    return sorted(found, key=lambda p: os.fspath(p)[prefix:].split(os.sep))
+                below.append(entry.name)
+        if run:
+            yield here
+        if below:
+            below.sort()
+            stack.append(iter([os.path.join(here, name) for name in below]))
+
+
+def _read(path: str, *, required: bool = False) -> bytes | None:
+    """A file's bytes; None when it is absent.
+
+    Plain ``os`` calls: ``open()`` adds a file object and three system calls per
+    file (isatty, seek, a second fstat), a fifth of the reading at 4 files a run.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        if required:
+            raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
+        return None
+    except OSError as exc:
+        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        chunks = [os.read(fd, os.fstat(fd).st_size + 1)]
+        while chunks[-1]:  # until end of file, however the size changed meanwhile
+            chunks.append(os.read(fd, 1 << 20))
+        return b"".join(chunks) if len(chunks) > 2 else chunks[0]
+    except IsADirectoryError:
+        if required:
+            raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
+        return None
+    except OSError as exc:
+        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def _read_text(path: str, *, required: bool = False) -> tuple[str | None, int]:
     """(a file's text decoded as ``reader.read_events_file`` decodes it, its size in bytes);
     (None, 0) when it is absent."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        return data.decode("utf-8", "replace"), len(data)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        if required:
-            raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
+    data = _read(path, required=required)
+    if data is None:
         return None, 0
-    except OSError as exc:
-        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return data.decode("utf-8", "replace"), len(data)
 
 
 @dataclass
@@ -403,12 +726,14 @@ class _Batch:
         return [name if run == "." else f"{run}/{name}" for run in self.runs]
 
 
-def _load(root: Path, dirs: list[Path]) -> _Batch:
+def _load(root: Path, dirs: list[str]) -> _Batch:
+    """Read the files of run directories (paths as ``_walk`` gives them)."""
+    top = os.fspath(root)
     runs, events, models, tools, metas = [], [], [], [], []
     nbytes = 0
-    for path in dirs:
-        runs.append(path.relative_to(root).as_posix())
-        base = os.fspath(path)
+    for base in dirs:
+        # Path(base).relative_to(root).as_posix(), for a path that starts with root's.
+        runs.append(base[len(top):].lstrip(os.sep).replace(os.sep, "/") or ".")
         texts = [_read_text(os.path.join(base, EVENTS_FILE), required=True)] + [
             _read_text(os.path.join(base, name)) for name in (MODEL_FILE, TOOLS_FILE, META_FILE)
         ]
@@ -416,20 +741,6 @@ def _load(root: Path, dirs: list[Path]) -> _Batch:
         for bucket, (value, _) in zip((events, models, tools, metas), texts, strict=True):
             bucket.append(value)
     return _Batch(runs, events, models, tools, metas, nbytes)
-
-
-def _batches(root: Path, dirs: list[Path], batch_bytes: int) -> Iterator[_Batch]:
-    """Batches of about ``batch_bytes`` of text, the next one read while this one is worked on."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        start, size = 0, 64
-        pending = pool.submit(_load, root, dirs[start:start + size]) if dirs else None
-        while pending is not None:
-            batch = pending.result()
-            start += size
-            per_run = max(1, batch.nbytes // max(1, len(batch.runs)))
-            size = max(16, min(BATCH_FILES, batch_bytes // per_run))
-            pending = pool.submit(_load, root, dirs[start:start + size]) if start < len(dirs) else None
-            yield batch
 
 
 _KINDS = ("record", "blank", "torn", "non_object")
@@ -516,8 +827,19 @@ def _with_keys(table: pa.Table, schema: pa.Schema, keys: dict[str, list[str]]) -
     return pa.table([columns[n] for n in schema.names], schema=schema)
 
 
+#: A row group ends at this many rows or bytes of columns, whichever comes first.
+ROW_GROUP_ROWS = 64 * 1024
+ROW_GROUP_BYTES = 48 * 2**20
+
+
 class _Writers:
-    """One Parquet writer per table, appended to batch by batch."""
+    """One Parquet writer per table, appended to batch by batch.
+
+    A batch's share of a table can be small (some 650 rows of ``runs``), so
+    consecutive batches are gathered into row groups of up to ``ROW_GROUP_ROWS``
+    rows or ``ROW_GROUP_BYTES``: readers then find the few large row groups a merge
+    of per-process files used to give, not one per batch.
+    """
 
     def __init__(self, folder: Path, schemas: dict[str, pa.Schema]) -> None:
         self.writers = {
@@ -527,14 +849,38 @@ class _Writers:
             )
             for name, schema in schemas.items()
         }
+        self.gathered: dict[str, list[pa.Table]] = {name: [] for name in schemas}
 
     def write(self, name: str, table: pa.Table) -> None:
+        gathered = self.gathered[name]
         if len(table):
-            self.writers[name].write_table(table, row_group_size=256 * 1024)
+            gathered.append(table)
+        if sum(map(len, gathered)) >= ROW_GROUP_ROWS \
+                or sum(t.nbytes for t in gathered) >= ROW_GROUP_BYTES:
+            self._flush(name)
 
-    def close(self) -> None:
-        for writer in self.writers.values():
-            writer.close()
+    def _flush(self, name: str) -> None:
+        gathered = self.gathered[name]
+        if gathered:
+            self.writers[name].write_table(pa.concat_tables(gathered),
+                                           row_group_size=ROW_GROUP_ROWS)
+            gathered.clear()
+
+    def close(self, *, flush: bool = True) -> None:
+        """Write what is gathered (not after a failure) and close the files; once.
+
+        The tables are encoded side by side: this is the ingest's last step, with
+        every other process done and their cores free.
+        """
+        try:
+            if flush:
+                with ThreadPoolExecutor(max_workers=len(self.writers) or 1) as threads:
+                    for done in [threads.submit(self._flush, name) for name in self.writers]:
+                        done.result()
+        finally:
+            for writer in self.writers.values():
+                writer.close()
+            self.writers = {}
 
 
 _DICTIONARY = {"run", "events_path", "path", "event", "branch", "tool", "outcome", "reason",
@@ -556,27 +902,27 @@ def _meta_fields(meta: str | None) -> tuple[str | None, str | None]:
     return ds.text(value.get("run_id")), ds.text(objective)
 
 
-_RUNS_SQL = """
-SELECT fid,
-    arg_min_null(run_id, line) FILTER (WHERE event = 'mission_started') AS run_id,
-    arg_min_null(objective, line) FILTER (WHERE event = 'mission_started') AS objective,
-    bool_or(event = 'mission_finished') AS finished,
-    arg_max_null(outcome, line) FILTER (WHERE event = 'mission_finished') AS outcome
-FROM batch_events GROUP BY fid
-"""
-
-
-def _runs_table(con: duckdb.DuckDBPyConnection, events: pa.Table, batch: _Batch,
-                rels: list[str], counts: dict[str, np.ndarray]) -> pa.Table:
-    con.register("batch_events", events)
-    try:
-        found = {row[0]: row[1:] for row in con.execute(_RUNS_SQL).fetchall()}
-    finally:
-        con.unregister("batch_events")
+def _runs_table(events: pa.Table, batch: _Batch, rels: list[str],
+                counts: dict[str, np.ndarray]) -> pa.Table:
+    """One row per run: its line counts; run_id and objective from its first
+    mission_started record (else from meta.json); whether it has a mission_finished
+    record and the outcome of the last. ``events`` rows are in (fid, line) order."""
+    started: dict[int, tuple[str | None, str | None]] = {}
+    outcome: dict[int, str | None] = {}
+    kinds = events.column("event").to_pylist()
+    at = [i for i, kind in enumerate(kinds) if kind in ("mission_started", "mission_finished")]
+    if at:
+        wanted = events.select(["fid", "event", "run_id", "objective", "outcome"]).take(at)
+        for fid, event, run_id, objective, out in zip(*wanted.to_pydict().values(),
+                                                      strict=True):
+            if event == "mission_started":
+                started.setdefault(fid, (run_id, objective))
+            else:
+                outcome[fid] = out
     rows = []
     metas = batch.metas
     for fid, run in enumerate(batch.runs):
-        run_id, objective, finished, outcome = found.get(fid, (None, None, False, None))
+        run_id, objective = started.get(fid, (None, None))
         meta_id, meta_objective = _meta_fields(metas[fid])
         rows.append({
             "run": run, "events_path": rels[fid],
@@ -584,7 +930,7 @@ def _runs_table(con: duckdb.DuckDBPyConnection, events: pa.Table, batch: _Batch,
             "torn": int(counts["torn"][fid]), "non_object": int(counts["non_object"][fid]),
             "run_id": run_id if run_id is not None else meta_id,
             "objective": objective if objective is not None else meta_objective,
-            "finished": bool(finished), "outcome": outcome, "meta": metas[fid],
+            "finished": fid in outcome, "outcome": outcome.get(fid), "meta": metas[fid],
         })
     return pa.Table.from_pylist(rows, schema=ds.RUNS_SCHEMA)
 
@@ -601,39 +947,41 @@ _EVENT_FIELDS = [f for f in ds.EVENTS_SCHEMA if f.name not in ("run", "events_pa
 _MODEL_FIELDS = [f for f in ds.MODEL_SCHEMA if f.name not in ("run", "path", "line")]
 _TOOL_FIELDS = [f for f in ds.TOOL_SCHEMA if f.name not in ("run", "path", "line")]
 
+#: How each kind of file is read: the Python row function for the lines the SQL
+#: leaves to Python, the columns, and the fast path's column spec.
+_KIND_WAYS: dict[str, tuple[RowFn, list[pa.Field], _Spec]] = {
+    "events": (_event_row, _EVENT_FIELDS, _EVENT_SPEC),
+    "model": (_plain_row(ds.model_columns), _MODEL_FIELDS, _MODEL_SPEC),
+    "tools": (_plain_row(ds.tool_columns), _TOOL_FIELDS, _TOOL_SPEC),
+}
+
 
 def events_table(con: duckdb.DuckDBPyConnection, contents: list[str | None]
                  ) -> tuple[pa.Table, dict[str, np.ndarray]]:
     """Event rows (with ``fid``) and per-file line counts for a list of events-file texts."""
-    result = _query(con, _EVENTS_SQL, contents)
-    return _records(result, _event_row, _EVENT_FIELDS, len(contents))
+    return _lines_table(con, contents, "events")
 
 
 def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: _Batch,
                   derive: Derivation | None = None) -> tuple[int, list[tuple[str, pa.Table]]]:
     """Convert one batch: (its number of events, the tables to append)."""
     out: list[tuple[str, pa.Table]] = []
-
-    def write(name: str, table: pa.Table) -> None:
-        out.append((name, table))
-
     rels = batch.rel(EVENTS_FILE)
     events, counts = events_table(con, batch.events)
-    runs = _runs_table(con, events, batch, rels, counts)
+    runs = _runs_table(events, batch, rels, counts)
     events = _with_keys(events, ds.EVENTS_SCHEMA, {"run": batch.runs, "events_path": rels})
-    write("runs", runs)
-    write("events", events)
+    out.append(("runs", runs))
+    out.append(("events", events))
     if derive is not None:
         out.extend(derive(con, events, runs, batch.events))
-    for name, sql, contents, row, fields, schema, file in (
-        ("model_calls", _MODEL_SQL, batch.models, _plain_row(ds.model_columns), _MODEL_FIELDS,
-         ds.MODEL_SCHEMA, MODEL_FILE),
-        ("tool_calls", _TOOL_SQL, batch.tools, _plain_row(ds.tool_columns), _TOOL_FIELDS,
-         ds.TOOL_SCHEMA, TOOLS_FILE),
+    for name, kind, contents, schema, file in (
+        ("model_calls", "model", batch.models, ds.MODEL_SCHEMA, MODEL_FILE),
+        ("tool_calls", "tools", batch.tools, ds.TOOL_SCHEMA, TOOLS_FILE),
     ):
         if any(c is not None for c in contents):
-            table, _ = _records(_query(con, sql, contents), row, fields, len(contents))
-            write(name, _with_keys(table, schema, {"run": batch.runs, "path": batch.rel(file)}))
+            table, _ = _lines_table(con, contents, kind)
+            out.append((name, _with_keys(table, schema, {"run": batch.runs,
+                                                          "path": batch.rel(file)})))
     return len(events), out
 
 
@@ -648,8 +996,9 @@ def _replace(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)
 
 
-#: Runs a worker process must have before ingest fans out (start-up is not free).
-RUNS_PER_WORKER = 2000
+#: Runs each process must get before ingest fans out: starting a worker process
+#: (Python and its imports, some 0.7 s of CPU) pays off from about there.
+RUNS_PER_WORKER = 1000
 
 
 def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
@@ -659,30 +1008,24 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
 
     Default ``out`` is ``root/dataset.parquet``. Re-ingesting the same runs
     gives the same dataset (no timestamps inside), written to a temporary
-    folder and renamed into place. Large sets are split into contiguous
-    shares converted by worker processes (DuckDB keeps one core busy per
-    query here) and merged in order, so the rows come out as one process
-    would write them. ``derive`` adds tables computed from each batch.
+    folder and renamed into place. ``workers`` is how many processes convert
+    batches, this one included (default: one per core, for every
+    ``RUNS_PER_WORKER`` runs); however many there are, the tables come out as
+    one process would write them. ``derive`` adds tables computed from each batch.
     """
     started = time.perf_counter()
     root = Path(root)
     if not root.is_dir():
         raise EvalkitError(f"cannot ingest {root}: it is not a directory")
     out = Path(out) if out is not None else root / ds.DEFAULT_NAME
-    dirs = discover(root, skip=out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    if workers is None:
-        workers = max(1, min(len(os.sched_getaffinity(0)), len(dirs) // RUNS_PER_WORKER))
     try:
-        if workers <= 1:
-            n_runs, n_events, n_bytes = _ingest_into(root, dirs, tmp, threads, batch_bytes,
-                                                     derive)
-        else:
-            n_runs, n_events, n_bytes = _ingest_parallel(root, dirs, tmp, threads, batch_bytes,
-                                                         workers, derive)
+        with _collector_paused():
+            n_runs, n_events, n_bytes = _convert(root, _walk(root, skip=out), tmp, threads,
+                                                 batch_bytes, workers, derive)
         names = [*ds.TABLES, *(derive.schemas if derive is not None else ())]
         manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
@@ -697,68 +1040,259 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
                         seconds=time.perf_counter() - started)
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while batches are converted.
+
+    A batch builds a few hundred thousand dicts and lists (parsed lines, column
+    values) and frees them all by reference counting when it is done; none form
+    cycles. With the collector on, its passes over them were a seventh of the CPU.
+    What survives an ingest is small, so the collector simply resumes afterwards.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _schemas(derive: Derivation | None) -> dict[str, pa.Schema]:
     return {**ds.SCHEMAS, **(derive.schemas if derive is not None else {})}
 
 
-def _ingest_into(root: Path, dirs: list[Path], folder: Path, threads: int | None,
-                 batch_bytes: int, derive: Derivation | None = None) -> tuple[int, int, int]:
-    """Convert ``dirs`` into the tables of ``folder``: (runs, events, bytes read)."""
-    n_runs = n_events = n_bytes = 0
-    con = connect(threads)
-    writers = _Writers(folder, _schemas(derive))
+class _Plan:
+    """The run directories, found as they are wanted and cut into consecutive batches
+    of about ``batch_bytes`` of JSONL.
+
+    ``find`` walks on (from the main thread only: a thread that walks while another
+    one holds the GIL waits on it at every directory). Batch sizes follow the bytes per
+    run seen so far, the first runs' file sizes to start with. Once every run has been
+    found, the last batches shrink to a share of what is left, so that the processes
+    finish together rather than one waiting on another's last batch.
+    """
+
+    def __init__(self, runs: Iterator[str], batch_bytes: int) -> None:
+        self._runs, self.batch_bytes = runs, batch_bytes
+        self.found: deque[str] = deque()
+        self.done = False
+        self.processes = 1
+        self.bytes = self.runs = 0
+
+    def find(self, wanted: int) -> None:
+        """Walk on until ``wanted`` runs are waiting to be taken, or there are no more."""
+        while len(self.found) < wanted and not self.done:
+            run = next(self._runs, None)
+            if run is None:
+                self.done = True
+            else:
+                self.found.append(run)
+        if not self.runs and self.found:
+            sample = list(islice(self.found, 32))
+            self.bytes = sum(_size(os.path.join(d, name)) for d in sample
+                             for name in (EVENTS_FILE, MODEL_FILE, TOOLS_FILE))
+            self.runs = len(sample)
+
+    def __bool__(self) -> bool:
+        """Runs found and not taken yet (after ``find``: runs left)."""
+        return bool(self.found)
+
+    def size(self) -> int:
+        """Runs in the next batch."""
+        per_run = max(1, self.bytes // max(1, self.runs))
+        size = max(16, min(BATCH_FILES, self.batch_bytes // per_run))
+        if self.done:
+            size = min(size, max(16, -(-len(self.found) // (2 * self.processes))))
+        return size
+
+    def take(self) -> list[str]:
+        found = self.found
+        return [found.popleft() for _ in range(min(self.size(), len(found)))]
+
+    def learn(self, runs: int, nbytes: int) -> None:
+        self.runs += runs
+        self.bytes += nbytes
+
+
+def _size(path: str) -> int:
     try:
-        # Parquet encoding runs beside the next batch's SQL (both release the GIL).
-        with ThreadPoolExecutor(max_workers=1) as writer:
-            pending: list[Future[None]] = []
-            for batch in _batches(root, dirs, batch_bytes):
-                events, tables = _ingest_batch(con, batch, derive)
-                n_events += events
-                n_runs += len(batch.runs)
-                n_bytes += batch.nbytes
-                for done in pending:
-                    done.result()
-                pending = [writer.submit(writers.write, n, t) for n, t in tables]
-            for done in pending:
-                done.result()
-    finally:
-        writers.close()
-        con.close()
-    return n_runs, n_events, n_bytes
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
-def _ingest_share(args: tuple[Path, list[Path], Path, int | None, int, Derivation | None]
-                  ) -> tuple[int, int, int]:
-    return _ingest_into(*args)
+@dataclass
+class _Converted:
+    """One batch, converted: its tables, or where a worker process left them (Arrow files)."""
+
+    runs: int
+    events: int
+    nbytes: int
+    tables: list[tuple[str, pa.Table]] | None = None
+    files: list[tuple[str, str]] | None = None
+
+    def load(self) -> list[tuple[str, pa.Table]]:
+        if self.tables is not None:
+            return self.tables
+        assert self.files is not None
+        # Memory-mapped: the Parquet writer reads the worker's columns where they lie.
+        return [(name, pa.ipc.open_file(pa.memory_map(path)).read_all())
+                for name, path in self.files]
+
+    def discard(self) -> None:
+        for _, path in self.files or ():
+            os.unlink(path)
 
 
-def _ingest_parallel(root: Path, dirs: list[Path], folder: Path, threads: int | None,
-                     batch_bytes: int, workers: int, derive: Derivation | None = None
-                     ) -> tuple[int, int, int]:
-    """Contiguous shares in worker processes, then their tables appended in order."""
+def _convert_here(con: duckdb.DuckDBPyConnection, root: Path, dirs: list[str],
+                  derive: Derivation | None) -> _Converted:
+    batch = _load(root, dirs)
+    events, tables = _ingest_batch(con, batch, derive)
+    return _Converted(len(batch.runs), events, batch.nbytes, tables=tables)
+
+
+#: A worker process's DuckDB connection (opened by its first batch).
+_WORKER: dict[str, duckdb.DuckDBPyConnection] = {}
+
+
+def _convert_there(root: Path, dirs: list[str], derive: Derivation | None,
+                   stem: str) -> _Converted:
+    """A batch converted in a worker process, its tables left as Arrow files ``stem.N``:
+    handing them over costs one copy each way, far less than pickling them through a pipe.
+    (Nothing is set up when the process starts: a failure there would make the pool
+    start process after process; here it comes back as this batch's error.)"""
+    gc.disable()  # as in ingest's _collector_paused, for the process's whole life
+    if "con" not in _WORKER:
+        _WORKER["con"] = connect(1)
+    done = _convert_here(_WORKER["con"], root, dirs, derive)
+    files = []
+    for i, (name, table) in enumerate(done.tables or ()):
+        path = f"{stem}.{i}"
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        files.append((name, path))
+    return _Converted(done.runs, done.events, done.nbytes, files=files)
+
+
+class _Here:
+    """A batch this process converts (``AsyncResult``'s ``ready``/``get``)."""
+
+    def __init__(self) -> None:
+        self.value: _Converted | None = None
+
+    def ready(self) -> bool:
+        return self.value is not None
+
+    def get(self) -> _Converted:
+        assert self.value is not None
+        return self.value
+
+
+#: Batches this process may have converted ahead of the oldest one still being
+#: converted by a worker process (their tables wait in memory to be written).
+_HELD = 3
+
+
+def _convert(root: Path, runs: Iterator[str], folder: Path, threads: int | None,
+             batch_bytes: int, workers: int | None, derive: Derivation | None = None
+             ) -> tuple[int, int, int]:
+    """Convert the run directories ``runs`` into the tables of ``folder``: (runs, events,
+    bytes read).
+
+    Batches are taken in order by whichever process is free: a worker process
+    (there are ``workers - 1``) is handed its next batch the moment it returns
+    one, so it never waits on this process, and this process takes the next
+    batch itself while the oldest one is still being converted elsewhere. This
+    process writes every batch's tables, in batch order; the Parquet encoding
+    runs in a thread beside its own converting (both release the GIL).
+    """
     import multiprocessing
 
-    size = -(-len(dirs) // workers)
-    parts = [folder / f".part-{i}" for i in range(workers)]
-    for part in parts:
-        part.mkdir()
-    shares = [(root, dirs[i * size:(i + 1) * size], parts[i], 1, batch_bytes, derive)
-              for i in range(workers)]
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        counts = pool.map(_ingest_share, shares)
-    schemas = _schemas(derive)
-    writers = _Writers(folder, schemas)
+    plan = _Plan(runs, batch_bytes)
+    if workers is None:
+        cpus = len(os.sched_getaffinity(0))
+        plan.find(cpus * RUNS_PER_WORKER)
+        workers = min(cpus, len(plan.found) // RUNS_PER_WORKER)
+    plan.processes = workers = max(1, workers)
+    pending: deque[Any] = deque()  # batches in order: AsyncResult (a worker's) or _Here
+    lock = threading.Lock()  # plan and pending, shared with the pool's result thread
+    idle = 0  # worker processes that found no batch to take (the walk lagging)
+    totals = [0, 0, 0]
+    scratch = folder / ".batches"
+    con = connect(threads)
+    writers = _Writers(folder, _schemas(derive))
+    pool = None
+    stopping = False
+    numbers = count()
+
+    def hand_out(_: object = None) -> None:
+        """Give a worker process its next batch (called again as each one comes back)."""
+        nonlocal idle
+        with lock:
+            if stopping:
+                return
+            if not plan:
+                idle += 1
+                return
+            stem = os.fspath(scratch / str(next(numbers)))
+            pending.append(pool.apply_async(  # type: ignore[union-attr]
+                _convert_there, (root, plan.take(), derive, stem), callback=hand_out))
+
     try:
-        for part in parts:
-            for name in schemas:
-                for batch in pq.ParquetFile(part / f"{name}.parquet").iter_batches(
-                        batch_size=64 * 1024):
-                    writers.write(name, pa.Table.from_batches([batch]))
-    finally:
+        if workers > 1:
+            scratch.mkdir()
+            pool = multiprocessing.get_context("spawn").Pool(workers - 1)
+            idle = workers - 1
+        with ThreadPoolExecutor(max_workers=1) as writer:
+            writes: deque[Future[None]] = deque()
+            while True:
+                # Enough runs found for every process's next batch, then some. (Outside
+                # the lock: a worker's batch is taken meanwhile; the deque allows both.)
+                plan.find((workers + 1) * plan.size())
+                with lock:
+                    waiting, idle = idle, 0
+                for _ in range(waiting):
+                    hand_out()
+                here = None
+                with lock:
+                    if not pending and not plan:
+                        break
+                    head = pending[0] if pending else None
+                    held = sum(isinstance(p, _Here) for p in pending)
+                    if plan and held < _HELD and (head is None or not head.ready()):
+                        here, taken = _Here(), plan.take()
+                        pending.append(here)
+                if here is not None:
+                    here.value = _convert_here(con, root, taken, derive)
+                    continue
+                assert head is not None
+                done = head.get()  # a worker's batch: waits for it if need be
+                with lock:
+                    pending.popleft()
+                    plan.learn(done.runs, done.nbytes)
+                for i, n in enumerate((done.runs, done.events, done.nbytes)):
+                    totals[i] += n
+                while len(writes) > 1:  # memory stays bounded: one write queued at most
+                    writes.popleft().result()
+                writes.append(writer.submit(_write, writers, done))
+            for write in writes:
+                write.result()
         writers.close()
-        for part in parts:
-            shutil.rmtree(part, ignore_errors=True)
-    return tuple(sum(c[i] for c in counts) for i in range(3))  # type: ignore[return-value]
+    finally:
+        with lock:
+            stopping = True
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        writers.close(flush=False)  # after a failure: the folder is thrown away
+        con.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return totals[0], totals[1], totals[2]
 
 
-_EVENTS_SQL = _events_sql()
+def _write(writers: _Writers, done: _Converted) -> None:
+    tables = done.load()
+    done.discard()  # a mapped file stays readable once unlinked, till it is unmapped
+    for name, table in tables:
+        writers.write(name, table)
