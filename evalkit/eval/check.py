@@ -342,11 +342,14 @@ class Tally:
     def of(cls, missions: Iterable[Mission]) -> Tally:
         tally = cls()
         for m in missions:
-            tally.total += 1
-            tally.held += m.split == "test"
-            tally.captured.add(m.flag)
-            tally.keys.add(m.key)
+            tally.count(m)
         return tally
+
+    def count(self, m: Mission) -> None:
+        self.total += 1
+        self.held += m.split == "test"
+        self.captured.add(m.flag)
+        self.keys.add(m.key)
 
     def add(self, other: Tally) -> None:
         self.total += other.total
@@ -372,10 +375,7 @@ class ShareCheck:
         """False when a mission breaks a rule or repeats a key seen so far: check the whole."""
         rules, tally = self.rules, self.tally
         for m in missions:
-            tally.total += 1
-            tally.held += m.split == "test"
-            tally.captured.add(m.flag)
-            tally.keys.add(m.key)
+            tally.count(m)
             if len(tally.keys) != tally.total or not _clean(rules, m):
                 return False
         return True

@@ -31,8 +31,7 @@ import pyarrow as pa
 from evalkit.errors import EvalkitError
 from evalkit.eval import suite_pieces, tables
 from evalkit.eval.check import ShareCheck, Tally, suite_problems
-from evalkit.eval.score import HalfTotals, halves_dict, merge_halves, report_head
-from evalkit.eval.score import tally_halves as _tally_halves
+from evalkit.eval.score import HalfTotals, halves_dict, merge_halves, report_head, tally_halves
 from evalkit.eval.suite import _FAST_PATH_FROM, _suite_file
 from evalkit.eval.verdict import judge
 from evalkit.report.markdown import (
@@ -159,7 +158,7 @@ def _score_share(index: int) -> _Share | None:
         return None
     check = ShareCheck(fields)
     kept, under = job.kept, job.under
-    totals = _tally_halves((), job.split)
+    totals = tally_halves((), job.split)
     passed, judged, missing = True, 0, 0
     with _Files(job.scratch, index, totals) as out:
         for built in suite_pieces.missions(job.pieces, index):
@@ -176,7 +175,7 @@ def _score_share(index: int) -> _Share | None:
                     verdicts.append(judge(m, None, missing="not run"))
                 else:
                     verdicts.append(judge(m, kept.get(rel), source=rel))
-            merge_halves(totals, _tally_halves(verdicts, job.split))
+            merge_halves(totals, tally_halves(verdicts, job.split))
             passed = passed and all(v.passed for v in verdicts)
             judged += len(verdicts)
             missing += sum(v.missing for v in verdicts)

@@ -42,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from itertools import count, islice
 from pathlib import Path
@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 
 from evalkit.contract import FIELDS
 from evalkit.errors import EvalkitError
+from evalkit.gcpause import collector_paused
 from evalkit.store import dataset as ds
 from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE
 
@@ -682,24 +683,30 @@ def _read(path: str, *, required: bool = False) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
-        if required:
-            raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
-        return None
+        return _absent(path, required)
     except OSError as exc:
-        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
     try:
         chunks = [os.read(fd, os.fstat(fd).st_size + 1)]
         while chunks[-1]:  # until end of file, however the size changed meanwhile
             chunks.append(os.read(fd, 1 << 20))
         return b"".join(chunks) if len(chunks) > 2 else chunks[0]
     except IsADirectoryError:
-        if required:
-            raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
-        return None
+        return _absent(path, required)
     except OSError as exc:
-        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise _unreadable(path, exc) from None
     finally:
         os.close(fd)
+
+
+def _absent(path: str, required: bool) -> None:
+    if required:
+        raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
+    return None
+
+
+def _unreadable(path: str, exc: OSError) -> EvalkitError:
+    return EvalkitError(f"cannot read {path}: {exc.strerror or exc}")
 
 
 def _read_text(path: str, *, required: bool = False) -> tuple[str | None, int]:
@@ -1023,7 +1030,7 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        with _collector_paused():
+        with collector_paused():  # parsed lines form no cycles; its passes were a seventh of the CPU
             n_runs, n_events, n_bytes = _convert(root, _walk(root, skip=out), tmp, threads,
                                                  batch_bytes, workers, derive)
         names = [*ds.TABLES, *(derive.schemas if derive is not None else ())]
@@ -1038,24 +1045,6 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         raise
     return IngestResult(out=out, runs=n_runs, events=n_events, bytes=n_bytes,
                         seconds=time.perf_counter() - started)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while batches are converted.
-
-    A batch builds a few hundred thousand dicts and lists (parsed lines, column
-    values) and frees them all by reference counting when it is done; none form
-    cycles. With the collector on, its passes over them were a seventh of the CPU.
-    What survives an ingest is small, so the collector simply resumes afterwards.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _schemas(derive: Derivation | None) -> dict[str, pa.Schema]:
@@ -1162,7 +1151,7 @@ def _convert_there(root: Path, dirs: list[str], derive: Derivation | None,
     handing them over costs one copy each way, far less than pickling them through a pipe.
     (Nothing is set up when the process starts: a failure there would make the pool
     start process after process; here it comes back as this batch's error.)"""
-    gc.disable()  # as in ingest's _collector_paused, for the process's whole life
+    gc.disable()  # as ingest's collector_paused, for the process's whole life
     if "con" not in _WORKER:
         _WORKER["con"] = connect(1)
     done = _convert_here(_WORKER["con"], root, dirs, derive)
