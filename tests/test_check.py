@@ -377,6 +377,42 @@ def test_every_problem_is_reported_at_once(tmp_path):
     assert lines[1:] == [f"  - {p}" for p in result.problems]
 
 
+def test_a_suite_that_cannot_load_is_also_checked_as_far_as_it_loaded(tmp_path):
+    data = good()
+    mission(data, "chain-1")["colour"] = "blue"  # a loading problem: chain-1 is left out
+    mission(data, "state-1").update(flag="teleport")
+    mission(data, "protocol-1").update(max_reply_rejected=-1, flags=["--resume"])
+    data["missions"].append({**mission(data, "routing-1"), "key": ""})
+    with pytest.raises(SuiteError) as refused:
+        check_data(tmp_path, data)
+    lines = refused.value.message.splitlines()
+    assert lines[0].endswith("cannot be loaded (1 problem):")
+    assert lines[1].startswith("  - mission 'chain-1' field 'colour' (line ")
+    assert lines[2:] == [
+        "and what did load cannot be graded (4 problems):",
+        f"  - mission 'state-1' field 'flag': 'teleport' is not in the vocabulary ({VOCAB})",
+        "  - mission 'protocol-1' field 'max_reply_rejected': -1 is negative; use 0 or more",
+        "  - mission 'protocol-1' field 'flags': '--resume' is set by the harness itself, "
+        "never by a mission",
+        # numbered by its place in the file, though chain-1 before it did not load
+        "  - mission #13 field 'key': is empty; every mission needs a key (it names its run "
+        "directory)",
+    ]
+    assert refused.value.problems == [lines[1][4:], *(line[4:] for line in lines[3:])]
+    assert refused.value.exit_code == 1
+
+
+def test_rules_that_count_missions_wait_until_every_mission_loads(tmp_path):
+    data = good()
+    for key in ("chain-2", "state-1"):  # two of the four held out do not load
+        mission(data, key)["colour"] = "blue"
+    data["rubric_changes"][0]["key"] = "chain-2"
+    with pytest.raises(SuiteError) as refused:
+        check_data(tmp_path, data)
+    assert len(refused.value.problems) == 2  # no "only 2 test missions", no "names no mission"
+    assert "graded" not in refused.value.message
+
+
 def test_check_path_propagates_loader_errors_with_exit_codes(tmp_path):
     with pytest.raises(SuiteError) as missing:
         check_path(tmp_path / "absent.yaml")

@@ -64,6 +64,16 @@ def test_outcome_and_the_caveat_widening():
     assert verdict(records, expects_outcome="answered").reasons == [
         "ended 'answered_with_caveat'; this mission wants answered"]
     assert verdict(records, expects_outcome="answered", expects_caveat_ok=True).passed
+    plain = [started(), step(1), answer("x"), finished("answered")]
+    assert verdict(plain, expects_outcome="answered_with_caveat").reasons == [
+        "ended 'answered'; this mission wants answered_with_caveat"]
+    stopped = [started(), step(1), finished("incomplete")]
+    assert verdict(stopped, expects_outcome="answered", expects_caveat_ok=True).reasons == [
+        "ended 'incomplete'; this mission wants answered (or answered_with_caveat)"]
+    # widening by the outcome it already wants says nothing twice
+    assert verdict(plain, expects_outcome="answered_with_caveat",
+                   expects_caveat_ok=True).reasons == [
+        "ended 'answered'; this mission wants answered_with_caveat"]
 
 
 def test_grounding_uses_the_last_verdict_record_not_the_interim_one():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalkit import contract
-from evalkit.eval.suite import SPLITS, Mission, Suite, load_suite
+from evalkit.eval.suite import SPLITS, Loaded, Mission, Suite, SuiteError, load_suite
 
 #: The held-out share a suite must keep, inclusive, as (numerator, denominator).
 MIN_TEST_SHARE, MAX_TEST_SHARE = (1, 4), (2, 5)
@@ -47,16 +47,43 @@ class CheckResult:
 
 
 def check_path(path: str | Path) -> CheckResult:
-    """Load then check; a ``SuiteError`` from loading propagates unchanged."""
-    return check_suite(load_suite(path))
+    """Load then check. A suite that cannot be loaded raises ``SuiteError``; its
+    message names the loading problems and then what the rules find in the part
+    that did load, so that one message holds every problem."""
+    try:
+        suite = load_suite(path)
+    except SuiteError as exc:
+        if exc.loaded is None:
+            raise
+        raise _with_rule_problems(exc, exc.loaded) from None
+    return check_suite(suite)
+
+
+def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
+    suite = loaded.suite
+    found = _missions_problems(_Rules.of(suite), suite.missions, loaded.positions)
+    found += suite_problems(suite, Tally.of(suite.missions), whole=loaded.whole)
+    if not found:
+        return exc
+    count = f"{len(found)} problem{'s' if len(found) != 1 else ''}"
+    lines = [exc.message, f"and what did load cannot be graded ({count}):",
+             *(f"  - {p}" for p in found)]
+    return SuiteError("\n".join(lines), [*exc.problems, *found], exit_code=exc.exit_code)
 
 
 def check_suite(suite: Suite) -> CheckResult:
     """Run every rule of the spec's "check" section over one loaded suite."""
+    problems = _missions_problems(_Rules.of(suite), suite.missions)
+    problems += _suite_problems(suite)
+    return CheckResult(suite, problems, _summary(suite, problems))
+
+
+def _missions_problems(rules: _Rules, missions: tuple[Mission, ...],
+                       positions: tuple[int, ...] | None = None) -> list[str]:
+    """Every per-mission problem; ``positions``: where each mission stands in the file's list."""
     problems: list[str] = []
-    rules = _Rules.of(suite)
     seen: dict[str, int] = {}
-    for index, mission in enumerate(suite.missions):
+    for index, mission in zip(positions or range(len(missions)), missions, strict=True):
         if mission.key.strip():
             if mission.key in seen:
                 problems.append(f"{_where(mission, index)} field 'key': already used by mission "
@@ -68,8 +95,7 @@ def check_suite(suite: Suite) -> CheckResult:
             where = _where(mission, index)
             problems += [f"{where} field {name!r}: {text}"
                          for name, text in _mission_problems(rules, mission)]
-    problems += _suite_problems(suite)
-    return CheckResult(suite, problems, _summary(suite, problems))
+    return problems
 
 
 def _where(mission: Mission, index: int) -> str:
@@ -308,6 +334,7 @@ def _flag_problems(tokens: tuple[str, ...], rules: _Rules) -> Iterable[str]:
             yield f"{token!r} is not a flag (a flag starts with --); values follow their flag"
             continue
         name, eq, _ = token.partition("=")
+        blamed = True  # one sentence per flag: a flag that may not be here needs no value either
         if name in harness:
             yield f"{name!r} is set by the harness itself, never by a mission"
             takes_value = name in taking
@@ -316,13 +343,14 @@ def _flag_problems(tokens: tuple[str, ...], rules: _Rules) -> Iterable[str]:
             # Unknown arity: read a following non-flag as its value rather than blame it too.
             takes_value = i < len(tokens) and not tokens[i].startswith("--")
         else:
+            blamed = False
             takes_value = published[name]
             if eq and not takes_value:
                 yield f"{name!r} takes no value, but is given one in {token!r}"
         if takes_value and not eq:
             if i < len(tokens):
                 i += 1
-            else:
+            elif not blamed:
                 yield f"{name!r} needs a value after it"
 
 
@@ -385,8 +413,12 @@ def _suite_problems(suite: Suite) -> Iterable[str]:
     return suite_problems(suite, Tally.of(suite.missions))
 
 
-def suite_problems(suite: Suite, tally: Tally) -> Iterable[str]:
-    """The suite-wide rules, over ``suite``'s own fields and the tally of all its missions."""
+def suite_problems(suite: Suite, tally: Tally, *, whole: bool = True) -> Iterable[str]:
+    """The suite-wide rules, over ``suite``'s own fields and the tally of all its missions.
+
+    ``whole`` False: the tally is of the missions that loaded, not all of them,
+    so the rules that count missions are left for when the suite loads.
+    """
     pattern = _compile(suite.identifier_pattern)
     if isinstance(pattern, str):
         yield (f"suite field 'identifier_pattern': {suite.identifier_pattern!r} "
@@ -395,6 +427,9 @@ def suite_problems(suite: Suite, tally: Tally) -> Iterable[str]:
     for flag in suite.claimed_flags or ():
         if flag not in suite.vocabulary:
             yield f"suite field 'flags': {flag!r} is not in the vocabulary ({vocabulary})"
+    if not whole:
+        yield from _rubric_problems(suite, None)
+        return
     captured = tally.captured
     claimed_by = "claimed" if suite.claimed_flags is not None else \
         "in the vocabulary, which a suite without 'flags' claims whole"
@@ -408,7 +443,11 @@ def suite_problems(suite: Suite, tally: Tally) -> Iterable[str]:
     if total and not _share_ok(held, total):
         yield (f"suite field 'missions': {held} of {total} missions held out "
                f"({round(100 * held / total)}%); the test share must be 25% to 40%")
-    keys = tally.keys
+    yield from _rubric_problems(suite, tally.keys)
+
+
+def _rubric_problems(suite: Suite, keys: set[str] | None) -> Iterable[str]:
+    """Incomplete rubric changes, and (given every mission's key) one naming no mission."""
     for index, change in enumerate(suite.rubric_changes):
         where = f"rubric change #{index + 1}"
         for name in ("date", "key", "what", "why"):
@@ -416,7 +455,7 @@ def suite_problems(suite: Suite, tally: Tally) -> Iterable[str]:
             if value is None or (isinstance(value, str) and not value.strip()):
                 yield f"{where} field {name!r}: is missing or empty; a change says date, key, what and why"
         key = change.get("key")
-        if isinstance(key, str) and key.strip() and key not in keys:
+        if keys is not None and isinstance(key, str) and key.strip() and key not in keys:
             yield f"{where} field 'key': {key!r} names no mission in this suite"
 
 
@@ -463,8 +502,9 @@ def gate_for_scoring(path: str | Path, warn: Callable[[str], None]) -> Suite:
     """
     result = check_path(path)
     if not result.ok:
-        warn(f"warning: suite '{result.suite.name}' does not pass check "
-             f"({len(result.problems)} problems); scoring anyway:")
+        count = f"{len(result.problems)} problem{'s' if len(result.problems) != 1 else ''}"
+        warn(f"warning: suite '{result.suite.name}' does not pass check ({count}); "
+             "scoring anyway:")
         for problem in result.problems:
             warn(f"  - {problem}")
     return result.suite

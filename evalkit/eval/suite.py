@@ -201,16 +201,30 @@ class SuiteError(EvalkitError):
     exit_code = 1
 
     def __init__(self, message: str, problems: list[str] | None = None, *,
-                 exit_code: int | None = None) -> None:
+                 exit_code: int | None = None, loaded: Loaded | None = None) -> None:
         super().__init__(message, exit_code=exit_code)
         self.problems: list[str] = list(problems) if problems is not None else [message]
+        #: What did load despite the problems, so ``check`` can name the rest in the same message.
+        self.loaded = loaded
 
     @classmethod
-    def from_problems(cls, path: Path, problems: list[str]) -> SuiteError:
+    def from_problems(cls, path: Path, problems: list[str], *,
+                      loaded: Loaded | None = None) -> SuiteError:
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         lines = [f"suite {path} cannot be loaded ({count}):"]
         lines += [f"  - {p}" for p in problems]
-        return cls("\n".join(lines), problems)
+        return cls("\n".join(lines), problems, loaded=loaded)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The part of a refused suite that loaded: its fields, and the missions that had no problem."""
+
+    suite: Suite
+    #: Whether every mission loaded (else the suite-wide counts would be of a part).
+    whole: bool
+    #: Where in the file's list each loaded mission stands (0-based).
+    positions: tuple[int, ...]
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -463,6 +477,7 @@ class _Builder:
         self.root = tree.root
         self.repeated = tree.repeated
         self.problems: list[str] = []
+        self.positions: tuple[int, ...] = ()
 
     def find(self, steps: tuple[str | int, ...]) -> tuple[yaml.Node | None, yaml.Node | None]:
         """Walk the node tree: (the node whose line names the step, the value's node)."""
@@ -583,7 +598,15 @@ class _Builder:
             self.problem("suite", "missions", ("missions",),
                          "missing; a suite is a list of missions under 'missions'")
         if self.problems:
-            raise SuiteError.from_problems(self.path, self.problems)
+            raw = data.get("missions")
+            loaded = None if "missions" not in fields else Loaded(
+                self.new_suite(fields, extras),
+                whole=isinstance(raw, list) and len(raw) == len(fields["missions"]),
+                positions=self.positions or tuple(range(len(fields["missions"]))))
+            raise SuiteError.from_problems(self.path, self.problems, loaded=loaded)
+        return self.new_suite(fields, extras)
+
+    def new_suite(self, fields: dict[str, Any], extras: dict[str, Any]) -> Suite:
         return Suite(
             name=fields.get("name", _default_name(self.path)),
             path=self.path,
@@ -602,8 +625,10 @@ class _Builder:
             self.problem("suite", "missions", ("missions",),
                          f"must be a list of missions, not {_describe(raw)}")
             return ()
-        built = (self.mission(i, item) for i, item in enumerate(raw))
-        return tuple(m for m in built if m is not None)
+        built = [(i, self.mission(i, item)) for i, item in enumerate(raw)]
+        if self.problems:  # remember where the ones that loaded stand, for check's message
+            self.positions = tuple(i for i, m in built if m is not None)
+        return tuple(m for _, m in built if m is not None)
 
     def mission(self, index: int, raw: Any) -> Mission | None:
         """One mission: a plain one is built directly, anything else is looked at closely.

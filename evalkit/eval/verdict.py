@@ -141,7 +141,7 @@ def machine_reasons(m: Mission, s: RunSummary, *,
         if m.expects_caveat_ok:
             wanted.add("answered_with_caveat")
         if s.outcome not in wanted:
-            also = " (or answered_with_caveat)" if m.expects_caveat_ok else ""
+            also = " (or answered_with_caveat)" if len(wanted) > 1 else ""
             found.append(("expects_outcome", f"ended {s.outcome!r}; this mission wants "
                                              f"{m.expects_outcome}{also}"))
     if m.expects_grounded is not None:
