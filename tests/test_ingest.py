@@ -275,3 +275,80 @@ def test_a_tool_call_with_string_arguments_is_ingested(tmp_path: Path) -> None:
                                      '{"call": 2, "arguments": "y", "catalogue": 1e+16}\n')
     rows = _rows(ingest(tmp_path / "runs").out, "tool_calls")
     assert [(r["arguments"], r["catalogue"]) for r in rows] == [("x", "c"), ("y", "1e+16")]
+
+
+def test_a_script_without_a_main_guard_can_ingest_with_workers(tmp_path: Path) -> None:
+    """Worker processes must not run the caller's script again: one calling ingest at its
+    top level (no ``if __name__ == "__main__":``) once made each worker ingest in turn."""
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from evalkit.cli import main
+    from tests._stream_builders import good_run, write_stream
+
+    runs = tmp_path / "runs"
+    for i in range(5):
+        write_stream(runs / f"m{i}" / "events.jsonl", good_run())
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from evalkit.eval.tables import ingest\n"
+        "result = ingest(Path(sys.argv[1]), Path(sys.argv[2]), workers=2)\n"
+        "print('ingested', result.runs)\n")
+    done = subprocess.run([sys.executable, str(script), str(runs), str(tmp_path / "lib")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ingested", "5"]
+    cli = CliRunner().invoke(main, ["ingest", str(runs), "--out", str(tmp_path / "cli")])
+    assert cli.exit_code == 0, cli.output
+    for name in [*ds.TABLES, "summaries"]:
+        lib = pq.read_table(tmp_path / "lib" / f"{name}.parquet")
+        assert lib.to_pylist() == pq.read_table(tmp_path / "cli" / f"{name}.parquet").to_pylist()
+    assert (tmp_path / "lib" / ds.MANIFEST).read_bytes() == \
+        (tmp_path / "cli" / ds.MANIFEST).read_bytes()
+
+
+class _DiesInAWorker:
+    """A derivation that kills any worker process running it (and derives nothing)."""
+
+    schemas: dict = {}
+    manifest: dict = {}
+
+    def __init__(self) -> None:
+        import os
+
+        self.parent = os.getpid()
+
+    def __call__(self, con: object, events: object, runs: object, texts: object) -> list:
+        import os
+
+        if os.getpid() != self.parent:
+            os._exit(3)
+        return []
+
+
+def test_a_worker_process_that_dies_fails_the_ingest(tmp_path: Path) -> None:
+    import pytest
+
+    from evalkit.errors import EvalkitError
+    from tests._stream_builders import good_run, write_stream
+
+    runs = tmp_path / "runs"
+    for i in range(40):
+        write_stream(runs / f"m{i:02}" / "events.jsonl", good_run())
+    with pytest.raises(EvalkitError, match="worker process stopped"):
+        ingest(runs, tmp_path / "ds", workers=2, batch_bytes=1, derive=_DiesInAWorker())
+    assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds.tmp-*"))
+
+
+def test_a_derivation_from_the_callers_script_converts_in_this_process() -> None:
+    """Worker processes import a derivation's class by name: one from ``__main__`` they
+    cannot find, so ingest does not fan out for it."""
+    from evalkit.store.ingest import _can_fan_out
+
+    local = type("Local", (), {"__module__": "__main__"})
+    assert not _can_fan_out(local())
+    assert _can_fan_out(_DiesInAWorker()) and _can_fan_out(None)

@@ -24,6 +24,8 @@ Work goes in batches of run directories so memory stays bounded. Large sets
 are converted by several processes (this one among them), a batch at a time;
 this process writes every batch's tables, in batch order, as row groups of
 one Parquet file per table, so the files are what one process would write.
+The other processes are plain ``python -c`` children fed over a pipe, which
+never import the caller's main module (a script need not guard its call).
 A caller may add tables derived from each batch (a ``Derivation``:
 ``evalkit.eval.tables`` adds the per-run summaries scoring reads), computed
 while the batch is in memory, so nothing is read twice and this module needs
@@ -36,7 +38,12 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import pickle
+import queue
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -46,9 +53,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from itertools import count, islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import duckdb
 import numpy as np
 import orjson
 import pyarrow as pa
@@ -59,6 +65,9 @@ from evalkit.errors import EvalkitError
 from evalkit.gcpause import collector_paused
 from evalkit.store import dataset as ds
 from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE
+
+if TYPE_CHECKING:  # imported by ``connect``: most ingests never need DuckDB (see _Connection)
+    import duckdb
 
 #: Bytes of JSONL converted at once by one process: big enough that per-batch
 #: costs vanish, small enough that what a batch builds stays in warm memory
@@ -602,9 +611,12 @@ class Derivation(Protocol):
     """Extra tables computed from each batch: its ``events`` and ``runs`` tables, and
     ``texts``, each events file's text as the reader decodes it (parallel to ``runs``).
 
+    ``con`` is the batch's DuckDB connection, opened when first used.
     ``schemas`` names the tables and their shapes; ``manifest`` is merged into
     the dataset's manifest (say what version of the derivation wrote them).
-    It must be picklable: large ingests run it in worker processes.
+    It must be picklable: large ingests run it in worker processes, which import
+    its class by name (one defined in the caller's main script they cannot find:
+    ingest then converts everything in the caller's process).
     """
 
     schemas: dict[str, pa.Schema]
@@ -679,6 +691,8 @@ def _read(path: str, *, required: bool = False) -> bytes | None:
 
     Plain ``os`` calls: ``open()`` adds a file object and three system calls per
     file (isatty, seek, a second fstat), a fifth of the reading at 4 files a run.
+    One read of a byte more than the size usually ends it: falling short by exactly
+    that byte shows the end was reached, with no further read to find it.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -687,7 +701,10 @@ def _read(path: str, *, required: bool = False) -> bytes | None:
     except OSError as exc:
         raise _unreadable(path, exc) from None
     try:
-        chunks = [os.read(fd, os.fstat(fd).st_size + 1)]
+        size = os.fstat(fd).st_size
+        chunks = [os.read(fd, size + 1)]
+        if len(chunks[0]) == size:  # the byte past the size was not there: end of file
+            return chunks[0]
         while chunks[-1]:  # until end of file, however the size changed meanwhile
             chunks.append(os.read(fd, 1 << 20))
         return b"".join(chunks) if len(chunks) > 2 else chunks[0]
@@ -944,10 +961,34 @@ def _runs_table(events: pa.Table, batch: _Batch, rels: list[str],
 
 def connect(threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the JSON macros the ingest SQL uses."""
+    import duckdb
+
     con = duckdb.connect(config={"threads": threads} if threads else {})
     con.execute("SET enable_progress_bar = false")
     con.execute(_MACROS)
     return con
+
+
+class _Connection:
+    """``connect(threads)``, opened when first used.
+
+    Only lines the fast path leaves to SQL need DuckDB, and the run store writes
+    none: importing it and opening a connection (0.1 s of CPU in each process) is
+    then saved. Stands in for the connection (attributes are the connection's).
+    """
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._con is None:
+            self._con = connect(self._threads)
+        return getattr(self._con, name)
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
 
 
 _EVENT_FIELDS = [f for f in ds.EVENTS_SCHEMA if f.name not in ("run", "events_path", "line")]
@@ -1141,20 +1182,19 @@ def _convert_here(con: duckdb.DuckDBPyConnection, root: Path, dirs: list[str],
     return _Converted(len(batch.runs), events, batch.nbytes, tables=tables)
 
 
-#: A worker process's DuckDB connection (opened by its first batch).
-_WORKER: dict[str, duckdb.DuckDBPyConnection] = {}
+#: A worker process's DuckDB connection (opened when a batch first needs it).
+_WORKER: dict[str, _Connection] = {}
 
 
 def _convert_there(root: Path, dirs: list[str], derive: Derivation | None,
                    stem: str) -> _Converted:
     """A batch converted in a worker process, its tables left as Arrow files ``stem.N``:
     handing them over costs one copy each way, far less than pickling them through a pipe.
-    (Nothing is set up when the process starts: a failure there would make the pool
-    start process after process; here it comes back as this batch's error.)"""
-    gc.disable()  # as ingest's collector_paused, for the process's whole life
+    (Nothing is set up when the process starts: a failure there would come back as no
+    answer at all; here it comes back as this batch's error.)"""
     if "con" not in _WORKER:
-        _WORKER["con"] = connect(1)
-    done = _convert_here(_WORKER["con"], root, dirs, derive)
+        _WORKER["con"] = _Connection(1)
+    done = _convert_here(_WORKER["con"], root, dirs, derive)  # type: ignore[arg-type]
     files = []
     for i, (name, table) in enumerate(done.tables or ()):
         path = f"{stem}.{i}"
@@ -1164,16 +1204,156 @@ def _convert_there(root: Path, dirs: list[str], derive: Derivation | None,
     return _Converted(done.runs, done.events, done.nbytes, files=files)
 
 
+# --- worker processes ------------------------------------------------------------
+
+#: What a worker process runs: this process's import path (where it found evalkit and
+#: whatever the derivation needs), then ``_serve``. Not multiprocessing's spawn: its
+#: child imports the caller's main module again, and a script calling ingest without an
+#: ``if __name__ == "__main__":`` guard then ingests again in there, and fails.
+_BOOTSTRAP = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); "
+              "from evalkit.store.ingest import _serve; _serve()")
+
+
+def _serve() -> None:
+    """A worker process's life: batches (``_convert_there``'s arguments) read from stdin,
+    each answered on stdout as (True, result) or (False, exception), till stdin closes.
+
+    Anything printed goes to stderr (the answers have stdout to themselves); Ctrl-C is
+    left to the parent, which stops its workers itself.
+    """
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.disable()  # as ingest's collector_paused, for the process's whole life
+    _skip_pandas_probe()
+    tasks = sys.stdin.buffer
+    while True:
+        try:
+            task = pickle.load(tasks)
+        except EOFError:
+            return
+        try:
+            answer: tuple[bool, Any] = (True, _convert_there(*task))
+        except BaseException as exc:  # the parent raises it
+            answer = (False, exc)
+        try:
+            data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
+        except Exception:  # an exception that does not pickle: its words do
+            data = pickle.dumps((False, EvalkitError(f"ingest worker: {answer[1]!r}")))
+        answers.write(data)
+        answers.flush()
+
+
+def _skip_pandas_probe() -> None:
+    """Spare a worker process pyarrow's import of pandas (0.2 s of CPU).
+
+    pyarrow imports pandas on its first conversion, only to recognise pandas objects
+    handed to ``pa.array``; ingest hands it none. With pandas unimportable for that first
+    conversion pyarrow takes it as absent; it is importable again afterwards, and
+    pyarrow's own pandas functions (``to_pandas``…) import it when called. (Only in a
+    worker, a process of ingest's own: a derivation there that hands ``pa.array`` a
+    pandas object before any of those gets it read as a plain sequence.)
+    """
+    if "pandas" in sys.modules:
+        return
+    sys.meta_path.insert(0, _NoPandas)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(_NoPandas)
+
+
+class _NoPandas:
+    """An import finder that refuses pandas (for ``_skip_pandas_probe``)."""
+
+    @staticmethod
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
+        if name == "pandas":
+            raise ModuleNotFoundError("not imported by an ingest worker", name=name)
+
+
+#: A worker's environment, where the caller's says nothing else. Its memory is what
+#: costs here (each first touch of a page is a fault, some 5 µs on a VM): freed memory
+#: is kept for the next batch, by Arrow's allocator (mimalloc) and by the C library's,
+#: rather than handed back to the system and faulted in again. And numpy's BLAS starts
+#: no threads: they spin some 0.15 s of CPU at import, and a worker does no algebra.
+_WORKER_ENV = {
+    "MIMALLOC_PURGE_DELAY": "-1",
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+    "OPENBLAS_NUM_THREADS": "1",
+}
+
+
+class _Process:
+    """A worker process (``_serve``) and the thread that talks to it: batches are sent
+    one at a time, in the order given, each answered through its ``Future``."""
+
+    def __init__(self) -> None:
+        self._popen = subprocess.Popen([sys.executable, "-c", _BOOTSTRAP],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       env={**_WORKER_ENV, **os.environ})
+        assert self._popen.stdin is not None
+        with suppress(BrokenPipeError):  # it died at once: its first batch says so
+            pickle.dump(sys.path, self._popen.stdin)
+            self._popen.stdin.flush()
+        self._tasks: queue.SimpleQueue[tuple[tuple[Any, ...], Future[_Converted]] | None] = \
+            queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._talk, name="evalkit-ingest-worker",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, *task: Any) -> Future[_Converted]:
+        future: Future[_Converted] = Future()
+        self._tasks.put((task, future))
+        return future
+
+    def _talk(self) -> None:
+        stdin, stdout = self._popen.stdin, self._popen.stdout
+        assert stdin is not None and stdout is not None
+        while (item := self._tasks.get()) is not None:
+            task, future = item
+            try:
+                pickle.dump(task, stdin, pickle.HIGHEST_PROTOCOL)
+                stdin.flush()
+                ok, value = pickle.load(stdout)
+            except (OSError, EOFError, pickle.UnpicklingError):
+                code = self._popen.wait()
+                future.set_exception(EvalkitError(
+                    f"an ingest worker process stopped (exit status {code})"))
+                continue  # the batches still to come fail the same way
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+    def stop(self) -> None:
+        """End the process (a batch it is converting is abandoned) and the thread."""
+        self._popen.kill()
+        self._tasks.put(None)
+        self._thread.join()
+        self._popen.wait()
+        for pipe in (self._popen.stdin, self._popen.stdout):
+            with suppress(OSError):
+                pipe.close()  # type: ignore[union-attr]
+
+
+def _can_fan_out(derive: Derivation | None) -> bool:
+    """Whether worker processes can convert: they start from this Python, and must find
+    the derivation's class (one defined in the caller's main script they cannot)."""
+    return bool(sys.executable) and (derive is None or type(derive).__module__ != "__main__")
+
+
 class _Here:
-    """A batch this process converts (``AsyncResult``'s ``ready``/``get``)."""
+    """A batch this process converts (a ``Future``'s ``done``/``result``)."""
 
     def __init__(self) -> None:
         self.value: _Converted | None = None
 
-    def ready(self) -> bool:
+    def done(self) -> bool:
         return self.value is not None
 
-    def get(self) -> _Converted:
+    def result(self) -> _Converted:
         assert self.value is not None
         return self.value
 
@@ -1196,43 +1376,43 @@ def _convert(root: Path, runs: Iterator[str], folder: Path, threads: int | None,
     process writes every batch's tables, in batch order; the Parquet encoding
     runs in a thread beside its own converting (both release the GIL).
     """
-    import multiprocessing
-
     plan = _Plan(runs, batch_bytes)
-    if workers is None:
+    if not _can_fan_out(derive):
+        workers = 1
+    elif workers is None:
         cpus = len(os.sched_getaffinity(0))
         plan.find(cpus * RUNS_PER_WORKER)
         workers = min(cpus, len(plan.found) // RUNS_PER_WORKER)
     plan.processes = workers = max(1, workers)
-    pending: deque[Any] = deque()  # batches in order: AsyncResult (a worker's) or _Here
-    lock = threading.Lock()  # plan and pending, shared with the pool's result thread
-    idle = 0  # worker processes that found no batch to take (the walk lagging)
+    pending: deque[Future[_Converted] | _Here] = deque()  # batches in order
+    lock = threading.Lock()  # plan and pending, shared with the workers' threads
+    idle: list[_Process] = []  # worker processes that found no batch to take (the walk lagging)
     totals = [0, 0, 0]
     scratch = folder / ".batches"
-    con = connect(threads)
+    con: Any = _Connection(threads)
     writers = _Writers(folder, _schemas(derive))
-    pool = None
+    processes: list[_Process] = []
     stopping = False
     numbers = count()
 
-    def hand_out(_: object = None) -> None:
+    def hand_out(worker: _Process) -> None:
         """Give a worker process its next batch (called again as each one comes back)."""
-        nonlocal idle
         with lock:
             if stopping:
                 return
             if not plan:
-                idle += 1
+                idle.append(worker)
                 return
             stem = os.fspath(scratch / str(next(numbers)))
-            pending.append(pool.apply_async(  # type: ignore[union-attr]
-                _convert_there, (root, plan.take(), derive, stem), callback=hand_out))
+            future = worker.submit(root, plan.take(), derive, stem)
+            pending.append(future)
+        future.add_done_callback(lambda _: hand_out(worker))
 
     try:
         if workers > 1:
             scratch.mkdir()
-            pool = multiprocessing.get_context("spawn").Pool(workers - 1)
-            idle = workers - 1
+            processes = [_Process() for _ in range(workers - 1)]
+            idle.extend(processes)
         with ThreadPoolExecutor(max_workers=1) as writer:
             writes: deque[Future[None]] = deque()
             while True:
@@ -1240,23 +1420,24 @@ def _convert(root: Path, runs: Iterator[str], folder: Path, threads: int | None,
                 # the lock: a worker's batch is taken meanwhile; the deque allows both.)
                 plan.find((workers + 1) * plan.size())
                 with lock:
-                    waiting, idle = idle, 0
-                for _ in range(waiting):
-                    hand_out()
+                    waiting = idle[:]
+                    idle.clear()
+                for worker in waiting:
+                    hand_out(worker)
                 here = None
                 with lock:
                     if not pending and not plan:
                         break
                     head = pending[0] if pending else None
                     held = sum(isinstance(p, _Here) for p in pending)
-                    if plan and held < _HELD and (head is None or not head.ready()):
+                    if plan and held < _HELD and (head is None or not head.done()):
                         here, taken = _Here(), plan.take()
                         pending.append(here)
                 if here is not None:
                     here.value = _convert_here(con, root, taken, derive)
                     continue
                 assert head is not None
-                done = head.get()  # a worker's batch: waits for it if need be
+                done = head.result()  # a worker's batch: waits for it if need be
                 with lock:
                     pending.popleft()
                     plan.learn(done.runs, done.nbytes)
@@ -1271,9 +1452,8 @@ def _convert(root: Path, runs: Iterator[str], folder: Path, threads: int | None,
     finally:
         with lock:
             stopping = True
-        if pool is not None:
-            pool.terminate()
-            pool.join()
+        for process in processes:
+            process.stop()
         writers.close(flush=False)  # after a failure: the folder is thrown away
         con.close()
         shutil.rmtree(scratch, ignore_errors=True)
