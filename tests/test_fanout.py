@@ -98,12 +98,26 @@ def test_missing_and_nested_runs_are_found_as_the_one_process_path_finds_them(
     (first / "deeper").mkdir()
     (tmp_path / "moved").rename(first / "deeper" / inner.name)
     shutil.rmtree(sorted(runs.iterdir())[5])
+    # One mission's folder holds no stream; another's is three levels down, too deep to count.
+    for index, depth in ((7, 0), (9, 3)):
+        folder = sorted(runs.iterdir())[index]
+        events = next(folder.glob("*/events.jsonl"))
+        target = folder.joinpath(*["deep"] * depth, "events.moved")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        events.rename(target)
+        if depth:
+            target.rename(target.with_name("events.jsonl"))
     dataset = tmp_path / "dataset.parquet"
     ingest(runs, dataset)
     suite = corpus / "suite.yaml"
     want = _serial(suite, dataset, "all")
-    assert b"not run" in want[0]
+    assert b"not run" in want[0] and b"no stream: no events.jsonl in " in want[0]
     assert _fanned(suite, dataset, "all", 2) == want
+    # and the dataset words each mission as scoring the folder itself does
+    from_runs = score(load_suite(suite), runs=runs).to_dict()["verdicts"]
+    from_dataset = json.loads(want[0])["verdicts"]
+    assert [(v["key"], v["passed"], v["missing"], v["reasons"]) for v in from_dataset] == [
+        (v["key"], v["passed"], v["missing"], v["reasons"]) for v in from_runs]
 
 
 @pytest.mark.parametrize("edit", [

@@ -133,6 +133,52 @@ def test_reingest_is_idempotent_and_skips_the_dataset(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("runs/.dataset.parquet*"))
 
 
+def test_ingest_replaces_an_earlier_dataset_and_nothing_else(tmp_path: Path) -> None:
+    import pytest
+    from click.testing import CliRunner
+
+    from evalkit.cli import main
+    from evalkit.errors import EvalkitError
+
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    precious = tmp_path / "notes.txt"
+    precious.write_text("mine")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("mine too")
+    for taken in (precious, folder):
+        with pytest.raises(EvalkitError, match="exists and is not an evalkit dataset"):
+            ingest(runs, taken)
+        result = CliRunner().invoke(main, ["ingest", str(runs), "--out", str(taken)])
+        assert result.exit_code == 2
+        assert "exists and is not an evalkit dataset" in result.output
+        assert "Traceback" not in result.output
+    assert precious.read_text() == "mine" and (folder / "mine.txt").read_text() == "mine too"
+    assert [p.name for p in folder.iterdir()] == ["mine.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert ingest(runs, empty).runs == ingest(runs, empty).runs > 0  # then replaced: a dataset
+    result = CliRunner().invoke(main, ["ingest", str(runs), "--out", str(precious / "ds")])
+    assert result.exit_code == 2 and "cannot write a dataset at" in result.output
+    assert "Traceback" not in result.output and precious.read_text() == "mine"
+
+
+def test_the_manifest_names_folders_that_hold_no_stream(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    write_run(runs / "own", [bare(finished())])
+    write_run(runs / "below" / "run_1", [bare(finished())])
+    write_run(runs / "two" / "a" / "b", [bare(finished())])
+    write_run(runs / "three" / "a" / "b" / "c", [bare(finished())])  # too deep for score
+    (runs / "empty").mkdir()
+    (runs / "meta-only").mkdir()
+    (runs / "meta-only" / "meta.json").write_text("{}")
+    (runs / "loose.jsonl").write_text(bare(finished()) + "\n")  # a file: score reads it itself
+    result = ingest(runs)
+    manifest = json.loads((result.out / ds.MANIFEST).read_text())
+    assert manifest[ds.WITHOUT_STREAM] == ["empty", "meta-only", "three"]
+
+
 def test_invalid_utf8_and_binary_do_not_crash(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     write_run(runs / "bin", bytes(range(256)) * 64)

@@ -43,7 +43,7 @@ from evalkit.report.markdown import (
     markdown_parts,
     render_verdicts,
 )
-from evalkit.store.layout import EVENTS_FILE, resolve_relative
+from evalkit.store.layout import EVENTS_FILE, no_stream, resolve_relative
 
 #: Missions a suite must have (judged by its size: ~600 bytes of JSON each)
 #: before fanning out pays for the forks and the stitching.
@@ -72,6 +72,8 @@ class _Job:
     #: The dataset's index, made once before forking (the workers share its pages).
     kept: tables.KeptSummaries
     under: dict[str, list[str]]
+    #: Mission folders that were there but held no stream (``tables.without_stream``).
+    bare: frozenset[str]
     split: str
     want_json: bool
     want_markdown: bool
@@ -112,7 +114,9 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
     except OSError:
         return None
     try:
-        shares = _run(_Job(pieces, kept, kept.under(), split, want_json, want_markdown, scratch))
+        job = _Job(pieces, kept, kept.under(), tables.without_stream(dataset), split,
+                   want_json, want_markdown, scratch)
+        shares = _run(job)
         found = None
         if shares is not None and all(share is not None for share in shares):
             found = _stitch(pieces, dataset, split, shares,  # type: ignore[arg-type]
@@ -172,7 +176,8 @@ def _score_share(index: int) -> _Share | None:
                 if rel not in kept.row:
                     rel = resolve_relative(m.key, under.get(m.key, ()))
                 if rel is None:
-                    verdicts.append(judge(m, None, missing="not run"))
+                    verdicts.append(judge(m, None, missing=no_stream(m.key) if m.key in job.bare
+                                          else "not run"))
                 else:
                     verdicts.append(judge(m, kept.get(rel), source=rel))
             merge_halves(totals, tally_halves(verdicts, job.split))

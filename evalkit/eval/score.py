@@ -22,7 +22,7 @@ from evalkit.errors import EvalkitError
 from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.eval.summary import RunSummary, pack, summarize, unpack
 from evalkit.eval.verdict import Verdict, judge
-from evalkit.store.layout import resolve_events, resolve_relative
+from evalkit.store.layout import no_stream, resolve_events, resolve_relative
 from evalkit.store.reader import read_events_file
 
 REPORT_FORMAT = "evalkit-score"
@@ -216,7 +216,7 @@ def _locate_one(key: str, target: Path, label: str | None, base: Path | None) ->
         if not os.path.exists(target):
             return Located(key, None, label, "not run")
         shown = label or target.name
-        return Located(key, None, label, f"no stream: no events.jsonl in {shown} or two levels below it")
+        return Located(key, None, label, no_stream(shown))
     if label is None and base is not None:
         label = _relative_posix(events, base)
     return Located(key, events, label or events.as_posix())
@@ -333,6 +333,7 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     from evalkit.eval import tables
 
     by_path = tables.summaries_from_dataset(dataset)
+    bare = tables.without_stream(dataset)
     under: dict[str, list[str]] = {}  # mission key -> the events paths below it
     for path in by_path:
         under.setdefault(path.split("/", 1)[0], []).append(path)
@@ -345,7 +346,7 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
         rel = resolve_relative(m.key, under.get(m.key, ()))
         uses[m.key] -= 1
         if rel is None:
-            verdicts.append(judge(m, None, missing="not run"))
+            verdicts.append(judge(m, None, missing=no_stream(m.key) if m.key in bare else "not run"))
         else:
             summary = by_path[rel] if uses[m.key] else by_path.pop(rel)
             verdicts.append(judge(m, summary, source=rel))

@@ -359,6 +359,18 @@ def stored_summaries_current(dataset: Path) -> bool:
     return _kept_summaries_current(Path(dataset), _check_manifest(Path(dataset)))
 
 
+def without_stream(dataset: Path) -> frozenset[str]:
+    """The names under the ingested folder that hold no stream where ``score --runs`` looks
+    (``ds.WITHOUT_STREAM`` in the manifest; empty for a dataset written before it was kept).
+
+    A mission named by one of them gets the reason ``--runs`` gives, not "not run".
+    """
+    names = _check_manifest(Path(dataset)).get(ds.WITHOUT_STREAM)
+    if not isinstance(names, list):
+        return frozenset()
+    return frozenset(name for name in names if isinstance(name, str))
+
+
 def _kept_summaries_current(folder: Path, manifest: dict[str, Any]) -> bool:
     kept = manifest.get(SUMMARIES)
     return (isinstance(kept, dict) and kept.get("version") == summary_version()

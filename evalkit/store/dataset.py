@@ -28,6 +28,9 @@ from evalkit.store.reader import unwrap
 FORMAT = "evalkit-dataset"
 VERSION = 1
 MANIFEST = "dataset.json"
+#: The manifest's list of names directly under the ingested folder that hold no
+#: events file where ``score --runs`` would look (so both paths word a mission alike).
+WITHOUT_STREAM = "without_stream"
 DEFAULT_NAME = "dataset.parquet"
 TABLES = ("runs", "events", "model_calls", "tool_calls")
 

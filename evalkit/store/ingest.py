@@ -1066,18 +1066,24 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     if not root.is_dir():
         raise EvalkitError(f"cannot ingest {root}: it is not a directory")
     out = Path(out) if out is not None else root / ds.DEFAULT_NAME
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _check_out(out)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise EvalkitError(f"cannot write a dataset at {out}: {exc.strerror or exc}") from None
+    try:
+        streams = _Streams(root)
         with collector_paused():  # parsed lines form no cycles; its passes were a seventh of the CPU
-            n_runs, n_events, n_bytes = _convert(root, _walk(root, skip=out), tmp, threads,
-                                                 batch_bytes, workers, derive)
+            n_runs, n_events, n_bytes = _convert(root, streams.note(_walk(root, skip=out)), tmp,
+                                                 threads, batch_bytes, workers, derive)
         names = [*ds.TABLES, *(derive.schemas if derive is not None else ())]
         manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
                     "tables": {name: f"{name}.parquet" for name in names},
+                    ds.WITHOUT_STREAM: streams.without(skip=out),
                     **(derive.manifest if derive is not None else {})}
         (tmp / ds.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
         _replace(tmp, out)
@@ -1086,6 +1092,60 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         raise
     return IngestResult(out=out, runs=n_runs, events=n_events, bytes=n_bytes,
                         seconds=time.perf_counter() - started)
+
+
+def _check_out(out: Path) -> None:
+    """Ingest replaces an earlier dataset (or fills an empty folder), never anything else."""
+    try:
+        if not os.path.lexists(out):
+            return
+        if out.is_dir() and ((out / ds.MANIFEST).is_file() or not any(out.iterdir())):
+            return
+    except OSError as exc:
+        raise EvalkitError(f"cannot write a dataset at {out}: {exc.strerror or exc}") from None
+    raise EvalkitError(f"cannot write a dataset at {out}: it exists and is not an evalkit "
+                       "dataset; give a new path (ingest replaces only an earlier dataset)")
+
+
+class _Streams:
+    """Which names directly under the root hold a stream where ``score --runs`` looks for
+    one (its own events file, or one a level or two below), noted as the walk finds runs;
+    the others are listed in the manifest, so scoring from the dataset words them alike."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._prefix = os.path.join(os.fspath(root), "")
+        self._names: set[str] = set()
+
+    def note(self, runs: Iterator[str]) -> Iterator[str]:
+        prefix, names = self._prefix, self._names
+        for run in runs:
+            if run.startswith(prefix):
+                parts = run[len(prefix):].split(os.sep, 3)
+                if len(parts) <= 3:
+                    names.add(parts[0])
+            yield run
+
+    def without(self, skip: Path) -> list[str]:
+        """The names of what is under the root and holds no such stream, sorted.
+
+        Files are left out (``score --runs`` reads one as an events file), and so are
+        symbolic links (the walk does not follow them), and the dataset itself.
+        """
+        here = os.path.realpath(skip.parent) == os.path.realpath(self.root)
+        found = []
+        try:
+            with os.scandir(self.root) as listing:
+                for entry in listing:
+                    name = entry.name
+                    if name in self._names or entry.is_symlink() or entry.is_file():
+                        continue
+                    if here and (name == skip.name or name.startswith(f".{skip.name}.")):
+                        continue
+                    found.append(name)
+        except OSError:
+            return []
+        return sorted(found)
 
 
 def _schemas(derive: Derivation | None) -> dict[str, pa.Schema]:

@@ -49,6 +49,11 @@ def runs_root(environ: Mapping[str, str] | None = None) -> Path | None:
     return Path(value)
 
 
+def no_stream(shown: str | Path) -> str:
+    """The reason a mission gets when its path holds no events file where ``resolve_events`` looks."""
+    return f"no stream: no events.jsonl in {shown} or two levels below it"
+
+
 def resolve_events(path: Path) -> Path | None:
     """The events file a path stands for, or None when there is none.
 

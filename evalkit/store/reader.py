@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from evalkit.errors import EvalkitError
-from evalkit.store.layout import resolve_events
+from evalkit.store.layout import no_stream, resolve_events
 
 
 @dataclass
@@ -142,7 +142,7 @@ def read_stream(path: str | Path) -> StreamRead:
     if events is None:
         if not target.exists():
             raise EvalkitError(f"no stream: {target} does not exist")
-        raise EvalkitError(f"no stream: no events.jsonl in {target} or two levels below it")
+        raise EvalkitError(no_stream(target))
     return read_events_file(events)
 
 
