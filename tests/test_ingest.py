@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
 import orjson
 import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evalkit.cli import main
+from evalkit.errors import EvalkitError
 from evalkit.store import dataset as ds
-from evalkit.store.ingest import discover, ingest
+from evalkit.store.ingest import _can_fan_out, discover, ingest
 from evalkit.store.reader import read_events_file
 from tests._runs import bare, call, envelope, finished, started, write_corpus, write_run
+from tests._stream_builders import good_run, write_stream
 
 
 def _rows(out: Path, table: str) -> list[dict]:
@@ -134,11 +141,7 @@ def test_reingest_is_idempotent_and_skips_the_dataset(tmp_path: Path) -> None:
 
 
 def test_ingest_replaces_an_earlier_dataset_and_nothing_else(tmp_path: Path) -> None:
-    import pytest
-    from click.testing import CliRunner
 
-    from evalkit.cli import main
-    from evalkit.errors import EvalkitError
 
     runs = tmp_path / "runs"
     write_corpus(runs)
@@ -201,10 +204,7 @@ def test_run_dir_at_root_and_custom_out(tmp_path: Path) -> None:
 
 
 def test_worker_processes_give_the_same_tables_as_one_process(tmp_path):
-    import pyarrow.parquet as pq
 
-    from evalkit.store.ingest import ingest
-    from tests._stream_builders import good_run, write_stream
 
     runs = tmp_path / "runs"
     for i in range(7):
@@ -326,14 +326,6 @@ def test_a_tool_call_with_string_arguments_is_ingested(tmp_path: Path) -> None:
 def test_a_script_without_a_main_guard_can_ingest_with_workers(tmp_path: Path) -> None:
     """Worker processes must not run the caller's script again: one calling ingest at its
     top level (no ``if __name__ == "__main__":``) once made each worker ingest in turn."""
-    import subprocess
-    import sys
-
-    from click.testing import CliRunner
-
-    from evalkit.cli import main
-    from tests._stream_builders import good_run, write_stream
-
     runs = tmp_path / "runs"
     for i in range(5):
         write_stream(runs / f"m{i}" / "events.jsonl", good_run())
@@ -377,11 +369,6 @@ class _DiesInAWorker:
 
 
 def test_a_worker_process_that_dies_fails_the_ingest(tmp_path: Path) -> None:
-    import pytest
-
-    from evalkit.errors import EvalkitError
-    from tests._stream_builders import good_run, write_stream
-
     runs = tmp_path / "runs"
     for i in range(40):
         write_stream(runs / f"m{i:02}" / "events.jsonl", good_run())
@@ -393,8 +380,6 @@ def test_a_worker_process_that_dies_fails_the_ingest(tmp_path: Path) -> None:
 def test_a_derivation_from_the_callers_script_converts_in_this_process() -> None:
     """Worker processes import a derivation's class by name: one from ``__main__`` they
     cannot find, so ingest does not fan out for it."""
-    from evalkit.store.ingest import _can_fan_out
-
     local = type("Local", (), {"__module__": "__main__"})
     assert not _can_fan_out(local())
     assert _can_fan_out(_DiesInAWorker()) and _can_fan_out(None)

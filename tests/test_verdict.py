@@ -8,6 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from evalkit.eval import verdict as verdict_module
+from evalkit.eval.diff import check_of
 from evalkit.eval.suite import Mission
 from evalkit.eval.summary import summarize
 from evalkit.eval.verdict import KPI_NAMES, judge
@@ -96,6 +97,12 @@ def test_answer_regexes_search_the_last_answer():
     no_answer = [started(), step(1), finished("incomplete")]
     assert verdict(no_answer, answer_must_match=("x",)).reasons == [
         "no answer was recorded; this mission checks the answer text"]
+    textless = [started(), step(1), {"event": "answer", "text": None, "outcome": "answered"},
+                finished()]
+    found = verdict(textless, answer_must_not_match=("x",))
+    assert found.reasons == [
+        "the answer record carries no text; this mission checks the answer text"]
+    assert found.checks == ["answer"] and check_of(found.reasons[0]) == "answer"
 
 
 def test_rejected_replies_and_staging():

@@ -47,7 +47,7 @@ CHECK_OF_REASON: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^reached for ", "forbids_tools"),
         (r"^ended ", "expects_outcome"),
         (r"^no grounding verdict was recorded|^grounding says grounded=", "expects_grounded"),
-        (r"^no answer was recorded", "answer"),
+        (r"^no answer was recorded|^the answer record carries no text", "answer"),
         (r"^the answer does not match /", "answer_must_match"),
         (r"^the answer matches /", "answer_must_not_match"),
         (r"^the pattern /.*/ does not compile", "answer_pattern"),

@@ -165,8 +165,10 @@ def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
     patterns = (m.answer_must_match or ()) + (m.answer_must_not_match or ())
     if not patterns:
         return []
-    if not s.answered or s.answer is None:
+    if not s.answered:
         return [("answer", "no answer was recorded; this mission checks the answer text")]
+    if s.answer is None:
+        return [("answer", "the answer record carries no text; this mission checks the answer text")]
     found: list[tuple[str, str]] = []
     answer = s.answer
     # Lowered once for every pattern that ignores case (None: not ASCII, a regex must fold).
