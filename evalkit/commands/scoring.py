@@ -82,7 +82,8 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
             if report_dir is not None:
                 write_rendered(report_dir, rendered)
             # Bytes straight out, in parts: no 150 MB string to decode and encode again.
-            stdout = click.get_binary_stream("stdout")
+            sys.stdout.flush()  # anything printed as text goes first
+            stdout = sys.stdout.buffer
             write_parts(stdout, (rendered.json if as_json else rendered.markdown) or [])
             stdout.flush()
     if not rendered.passed and not allow_failures:
