@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalkit import contract
-from evalkit.eval.suite import SPLITS, Loaded, Mission, Suite, SuiteError, load_suite
+from evalkit.eval.suite import SPLITS, Loaded, Mission, Suite, SuiteError, counted, load_suite
 
 #: The held-out share a suite must keep, inclusive, as (numerator, denominator).
 MIN_TEST_SHARE, MAX_TEST_SHARE = (1, 4), (2, 5)
@@ -65,8 +65,7 @@ def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
     found += suite_problems(suite, Tally.of(suite.missions), whole=loaded.whole)
     if not found:
         return exc
-    count = f"{len(found)} problem{'s' if len(found) != 1 else ''}"
-    lines = [exc.message, f"and what did load cannot be graded ({count}):",
+    lines = [exc.message, f"and what did load cannot be graded ({counted(found)}):",
              *(f"  - {p}" for p in found)]
     return SuiteError("\n".join(lines), [*exc.problems, *found], exit_code=exc.exit_code)
 
@@ -467,8 +466,7 @@ def _share_ok(held: int, total: int) -> bool:
 
 def _summary(suite: Suite, problems: list[str]) -> str:
     if problems:
-        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-        return f"suite '{suite.name}' cannot be graded: {count}"
+        return f"suite '{suite.name}' cannot be graded: {counted(problems)}"
     total, held = len(suite.missions), len(suite.split_of("test"))
     share = round(100 * held / total) if total else 0
     claimed = tuple(dict.fromkeys(suite.claimed))
@@ -502,8 +500,8 @@ def gate_for_scoring(path: str | Path, warn: Callable[[str], None]) -> Suite:
     """
     result = check_path(path)
     if not result.ok:
-        count = f"{len(result.problems)} problem{'s' if len(result.problems) != 1 else ''}"
-        warn(f"warning: suite '{result.suite.name}' does not pass check ({count}); "
+        warn(f"warning: suite '{result.suite.name}' does not pass check "
+             f"({counted(result.problems)}); "
              "scoring anyway:")
         for problem in result.problems:
             warn(f"  - {problem}")

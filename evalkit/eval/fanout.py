@@ -31,7 +31,14 @@ import pyarrow as pa
 from evalkit.errors import EvalkitError
 from evalkit.eval import suite_pieces, tables
 from evalkit.eval.check import ShareCheck, Tally, suite_problems
-from evalkit.eval.score import HalfTotals, halves_dict, merge_halves, report_head, tally_halves
+from evalkit.eval.score import (
+    HalfTotals,
+    halves_dict,
+    merge_halves,
+    missing_from_dataset,
+    report_head,
+    tally_halves,
+)
 from evalkit.eval.suite import _FAST_PATH_FROM, _suite_file
 from evalkit.eval.verdict import judge
 from evalkit.report.markdown import (
@@ -43,7 +50,7 @@ from evalkit.report.markdown import (
     markdown_parts,
     render_verdicts,
 )
-from evalkit.store.layout import EVENTS_FILE, no_stream, resolve_relative
+from evalkit.store.layout import EVENTS_FILE, resolve_relative
 
 #: Missions a suite must have (judged by its size: ~600 bytes of JSON each)
 #: before fanning out pays for the forks and the stitching.
@@ -176,8 +183,7 @@ def _score_share(index: int) -> _Share | None:
                 if rel not in kept.row:
                     rel = resolve_relative(m.key, under.get(m.key, ()))
                 if rel is None:
-                    verdicts.append(judge(m, None, missing=no_stream(m.key) if m.key in job.bare
-                                          else "not run"))
+                    verdicts.append(judge(m, None, missing=missing_from_dataset(m.key, job.bare)))
                 else:
                     verdicts.append(judge(m, kept.get(rel), source=rel))
             merge_halves(totals, tally_halves(verdicts, job.split))

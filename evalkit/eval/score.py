@@ -346,13 +346,19 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
         rel = resolve_relative(m.key, under.get(m.key, ()))
         uses[m.key] -= 1
         if rel is None:
-            verdicts.append(judge(m, None, missing=no_stream(m.key) if m.key in bare else "not run"))
+            verdicts.append(judge(m, None, missing=missing_from_dataset(m.key, bare)))
         else:
             summary = by_path[rel] if uses[m.key] else by_path.pop(rel)
             verdicts.append(judge(m, summary, source=rel))
     if all(v.missing for v in verdicts) and verdicts:
         raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a run in {dataset}")
     return ScoreReport(suite.name, split, "duckdb", verdicts)
+
+
+def missing_from_dataset(key: str, without_stream: frozenset[str]) -> str:
+    """Why a mission has no run in a dataset, worded as ``--runs`` words it
+    (``without_stream``: the folders ingest found with no stream in them)."""
+    return no_stream(key) if key in without_stream else "not run"
 
 
 def parse_map(entries: Iterable[str]) -> dict[str, str]:

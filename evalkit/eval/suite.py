@@ -210,10 +210,14 @@ class SuiteError(EvalkitError):
     @classmethod
     def from_problems(cls, path: Path, problems: list[str], *,
                       loaded: Loaded | None = None) -> SuiteError:
-        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-        lines = [f"suite {path} cannot be loaded ({count}):"]
+        lines = [f"suite {path} cannot be loaded ({counted(problems)}):"]
         lines += [f"  - {p}" for p in problems]
         return cls("\n".join(lines), problems, loaded=loaded)
+
+
+def counted(problems: list[str]) -> str:
+    """"1 problem", "3 problems": how every suite and check message counts them."""
+    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -602,7 +606,7 @@ class _Builder:
             loaded = None if "missions" not in fields else Loaded(
                 self.new_suite(fields, extras),
                 whole=isinstance(raw, list) and len(raw) == len(fields["missions"]),
-                positions=self.positions or tuple(range(len(fields["missions"]))))
+                positions=self.positions)
             raise SuiteError.from_problems(self.path, self.problems, loaded=loaded)
         return self.new_suite(fields, extras)
 
@@ -626,8 +630,7 @@ class _Builder:
                          f"must be a list of missions, not {_describe(raw)}")
             return ()
         built = [(i, self.mission(i, item)) for i, item in enumerate(raw)]
-        if self.problems:  # remember where the ones that loaded stand, for check's message
-            self.positions = tuple(i for i, m in built if m is not None)
+        self.positions = tuple(i for i, m in built if m is not None)  # for check's message
         return tuple(m for _, m in built if m is not None)
 
     def mission(self, index: int, raw: Any) -> Mission | None:

@@ -649,14 +649,28 @@ def discover(root: Path, skip: Path | None = None) -> list[Path]:
     return [Path(run) for run in _walk(root, skip)]
 
 
+class _Own:
+    """The dataset being written (``skip``) and its temporary siblings: neither runs nor
+    mission folders, wherever ingest looks."""
+
+    def __init__(self, skip: Path | None) -> None:
+        self.name = skip.name if skip is not None else None
+        self.parent = os.path.dirname(os.path.realpath(skip)) if skip is not None else None
+
+    def holds(self, folder: str, name: str) -> bool:
+        """Whether ``name`` in ``folder`` is the dataset or one of its temporary siblings."""
+        return (self.name is not None
+                and (name == self.name or name.startswith(f".{self.name}."))
+                and os.path.realpath(folder) == self.parent)
+
+
 def _walk(root: Path, skip: Path | None = None) -> Iterator[str]:
     """``discover``, lazily: each run directory as it is found, in component-wise path
     order (sorted(Path) order: a directory's subdirectories by name, a run before
     the runs inside it). Ingest converts the first runs while the rest are still to
     be found: listing 100k run directories takes seconds here, all of it system calls.
     """
-    skip_name = skip.name if skip is not None else None
-    skip_parent = os.path.dirname(os.path.realpath(skip)) if skip is not None else None
+    own = _Own(skip)
     stack: list[Iterator[str]] = [iter([os.fspath(root)])]
     while stack:
         here = next(stack[-1], None)
@@ -673,11 +687,7 @@ def _walk(root: Path, skip: Path | None = None) -> Iterator[str]:
         for entry in entries:
             if entry.name == EVENTS_FILE and entry.is_file():
                 run = True
-            elif entry.is_dir(follow_symlinks=False):
-                if skip_name is not None and (
-                    entry.name == skip_name or entry.name.startswith(f".{skip_name}.")
-                ) and os.path.realpath(here) == skip_parent:
-                    continue
+            elif entry.is_dir(follow_symlinks=False) and not own.holds(here, entry.name):
                 below.append(entry.name)
         if run:
             yield here
@@ -1132,20 +1142,14 @@ class _Streams:
         Files are left out (``score --runs`` reads one as an events file), and so are
         symbolic links (the walk does not follow them), and the dataset itself.
         """
-        here = os.path.realpath(skip.parent) == os.path.realpath(self.root)
-        found = []
+        own, root = _Own(skip), os.fspath(self.root)
         try:
-            with os.scandir(self.root) as listing:
-                for entry in listing:
-                    name = entry.name
-                    if name in self._names or entry.is_symlink() or entry.is_file():
-                        continue
-                    if here and (name == skip.name or name.startswith(f".{skip.name}.")):
-                        continue
-                    found.append(name)
+            with os.scandir(root) as listing:
+                return sorted(entry.name for entry in listing
+                              if entry.name not in self._names and not entry.is_symlink()
+                              and not entry.is_file() and not own.holds(root, entry.name))
         except OSError:
             return []
-        return sorted(found)
 
 
 def _schemas(derive: Derivation | None) -> dict[str, pa.Schema]:
@@ -1242,19 +1246,12 @@ def _convert_here(con: duckdb.DuckDBPyConnection, root: Path, dirs: list[str],
     return _Converted(len(batch.runs), events, batch.nbytes, tables=tables)
 
 
-#: A worker process's DuckDB connection (opened when a batch first needs it).
-_WORKER: dict[str, _Connection] = {}
-
-
-def _convert_there(root: Path, dirs: list[str], derive: Derivation | None,
+def _convert_there(con: _Connection, root: Path, dirs: list[str], derive: Derivation | None,
                    stem: str) -> _Converted:
     """A batch converted in a worker process, its tables left as Arrow files ``stem.N``:
     handing them over costs one copy each way, far less than pickling them through a pipe.
-    (Nothing is set up when the process starts: a failure there would come back as no
-    answer at all; here it comes back as this batch's error.)"""
-    if "con" not in _WORKER:
-        _WORKER["con"] = _Connection(1)
-    done = _convert_here(_WORKER["con"], root, dirs, derive)  # type: ignore[arg-type]
+    (``con`` opens DuckDB on first use: a failure there comes back as this batch's error.)"""
+    done = _convert_here(con, root, dirs, derive)  # type: ignore[arg-type]
     files = []
     for i, (name, table) in enumerate(done.tables or ()):
         path = f"{stem}.{i}"
@@ -1275,8 +1272,9 @@ _BOOTSTRAP = ("import pickle, sys; sys.path[:] = pickle.load(sys.stdin.buffer); 
 
 
 def _serve() -> None:
-    """A worker process's life: batches (``_convert_there``'s arguments) read from stdin,
-    each answered on stdout as (True, result) or (False, exception), till stdin closes.
+    """A worker process's life: batches (``_convert_there``'s arguments after ``con``)
+    read from stdin, each answered on stdout as (True, result) or (False, exception),
+    till stdin closes.
 
     Anything printed goes to stderr (the answers have stdout to themselves); Ctrl-C is
     left to the parent, which stops its workers itself.
@@ -1286,6 +1284,7 @@ def _serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.disable()  # as ingest's collector_paused, for the process's whole life
     _skip_pandas_probe()
+    con = _Connection(1)  # one per process, opened by the first batch that needs SQL
     tasks = sys.stdin.buffer
     while True:
         try:
@@ -1293,7 +1292,7 @@ def _serve() -> None:
         except EOFError:
             return
         try:
-            answer: tuple[bool, Any] = (True, _convert_there(*task))
+            answer: tuple[bool, Any] = (True, _convert_there(con, *task))
         except BaseException as exc:  # the parent raises it
             answer = (False, exc)
         try:
