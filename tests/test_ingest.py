@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -375,6 +376,47 @@ def test_a_worker_process_that_dies_fails_the_ingest(tmp_path: Path) -> None:
     with pytest.raises(EvalkitError, match="worker process stopped"):
         ingest(runs, tmp_path / "ds", workers=2, batch_bytes=1, derive=_DiesInAWorker())
     assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds.tmp-*"))
+
+
+_STALLS = """
+import sys, time
+from pathlib import Path
+from evalkit.store.ingest import ingest
+
+class Stall:  # defined in __main__: ingest converts in this process
+    schemas, manifest = {}, {}
+    def __call__(self, *args):
+        print("converting", flush=True)
+        time.sleep(60)
+
+ingest(Path(sys.argv[1]), Path(sys.argv[2]), derive=Stall())
+"""
+
+
+def test_what_an_ingest_killed_with_minus_nine_left_goes_with_the_next_ingest(
+        tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    for i in range(3):
+        write_stream(runs / f"m{i}" / "events.jsonl", good_run())
+    killed = subprocess.Popen([sys.executable, "-c", _STALLS, str(runs), str(tmp_path / "ds")],
+                              stdout=subprocess.PIPE, text=True)
+    assert killed.stdout is not None and killed.stdout.readline() == "converting\n"
+    killed.kill()
+    killed.wait()
+    left = list(tmp_path.glob(".ds.tmp-*"))
+    assert len(left) == 1 and left[0].name.endswith(f"-{killed.pid}")
+
+    here = left[0].name.removesuffix(f"-{killed.pid}")
+    before_hosts = tmp_path / f".ds.old-{killed.pid}"  # named as ingest named them before
+    running = tmp_path / f"{here}-{os.getppid()}"  # a process that is still there
+    elsewhere = tmp_path / f".ds.tmp-another-host-{killed.pid}"  # cannot be told from here
+    unrelated = tmp_path / f".dsx.tmp-{killed.pid}"
+    for folder in (before_hosts, running, elsewhere, unrelated):
+        folder.mkdir()
+    ingest(runs, tmp_path / "ds")
+    assert json.loads((tmp_path / "ds" / ds.MANIFEST).read_text())["runs"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == sorted(
+        [running.name, elsewhere.name, unrelated.name])
 
 
 def test_a_derivation_from_the_callers_script_converts_in_this_process() -> None:

@@ -42,6 +42,7 @@ import pickle
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -1046,12 +1047,53 @@ def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: _Batch,
 def _replace(tmp: Path, out: Path) -> None:
     """Put the finished dataset in place; the old one goes only once the new one is there."""
     if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        old = _sibling(out, "old")
         os.replace(out, old)
         os.replace(tmp, out)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out)
+    _remove_abandoned(out)
+
+
+def _sibling(out: Path, kind: str) -> Path:
+    """This process's temporary sibling of ``out``: ``.NAME.KIND-HOST-PID``.
+
+    The host is in the name so that only an ingest on the same machine, which
+    can tell whether that process still runs, ever removes it (``_remove_abandoned``).
+    """
+    return out.with_name(f".{out.name}.{kind}-{socket.gethostname()}-{os.getpid()}")
+
+
+def _remove_abandoned(out: Path) -> None:
+    """Remove the temporary siblings of ``out`` that an ingest killed here left behind.
+
+    A process killed with -9 cleans nothing up, and at a million runs its
+    half-written dataset holds gigabytes. Called once a new dataset is in
+    place, so nothing is removed while it is the only copy of the runs' tables.
+    A sibling from before host names were in them (``tmp-PID``) counts as from here.
+    """
+    prefix, here = f".{out.name}.", socket.gethostname()
+    try:
+        names = os.listdir(out.parent)
+    except OSError:
+        return
+    for name in names:
+        kind, _, owner = name.removeprefix(prefix).partition("-")
+        host, _, pid = owner.rpartition("-")
+        if (name.startswith(prefix) and kind in ("tmp", "old") and host in ("", here)
+                and pid.isdigit() and not _running(int(pid))):
+            shutil.rmtree(out.parent / name, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # there, but not ours to signal
+    return True
 
 
 #: Runs each process must get before ingest fans out: starting a worker process
@@ -1077,7 +1119,7 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         raise EvalkitError(f"cannot ingest {root}: it is not a directory")
     out = Path(out) if out is not None else root / ds.DEFAULT_NAME
     _check_out(out)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp = _sibling(out, "tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
