@@ -18,6 +18,7 @@ from evalkit.eval.tables import (
     summaries_from_dataset,
     summaries_via_duckdb,
 )
+from evalkit.store import ingest as ingest_module
 from evalkit.store.ingest import ingest
 from tests._runs import bare, envelope, reference, write_corpus, write_run
 
@@ -54,6 +55,29 @@ def test_kept_summaries_are_read_not_recomputed(tmp_path: Path, monkeypatch) -> 
 
     monkeypatch.setattr(tables, "_summaries", no_query)
     _assert_equal(summaries_from_dataset(out), want)
+
+
+def test_kept_summaries_read_group_by_group_keep_few_and_never_thrash(
+        tmp_path: Path, monkeypatch) -> None:
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    want = reference(runs, sorted(runs.glob("*/events.jsonl")))
+    monkeypatch.setattr(ingest_module, "ROW_GROUP_ROWS", 2)
+    out = tables.ingest(runs, workers=1).out
+    kept = tables.KeptSummaries(out)
+    groups = len(kept._starts)
+    assert groups >= 4 and sorted(kept.paths) == sorted(want)
+    reads = []
+    read = kept._file.read_row_group
+    monkeypatch.setattr(kept._file, "read_row_group", lambda *a, **k: reads.append(a) or read(*a, **k))
+
+    for path in kept.paths:  # in table order: each group decoded once, few at a time
+        assert kept.get(path) == want[path]
+        assert len(kept._groups) <= kept.KEEP_GROUPS
+    assert len(reads) == groups
+    for path in [*reversed(kept.paths), *kept.paths[::2], *kept.paths]:  # any other order
+        assert kept.get(path) == want[path]
+    assert len(reads) <= 3 * groups  # once dropping stops, every group stays
 
 
 def test_summaries_kept_by_another_fold_are_recomputed(tmp_path: Path, monkeypatch) -> None:

@@ -28,6 +28,9 @@ from evalkit.eval.suite import Mission, Suite, SuiteError, _Builder, _Tree
 _MISSIONS = re.compile(rb'"missions"[ \t\n\r]*:[ \t\n\r]*\[')
 _BETWEEN = re.compile(rb"(\})[ \t\n\r]*,[ \t\n\r]*(\{)")
 _CLOSE = re.compile(rb"\}[ \t\n\r]*\]")
+#: An object opening after white space: matched in place, since slicing and
+#: stripping a 600 MB suite to look at its first byte copies all of it.
+_OPENS = re.compile(rb"[ \t\n\r]*\{")
 #: What JSON counts as white space (str.strip would take more).
 _SPACE = b" \t\n\r"
 
@@ -67,7 +70,7 @@ def _loads(data: bytes) -> Any | None:
 def cut(path: Path, data: bytes, parts: int) -> Pieces | None:
     """The suite file's bytes cut into at most ``parts`` runs of missions, or None."""
     data = data.removeprefix(codecs.BOM_UTF8)
-    if not data.lstrip(_SPACE).startswith(b"{") or b"\0" in data:
+    if not _OPENS.match(data) or b"\0" in data:
         return None
     opened = _MISSIONS.search(data)
     if opened is None:
@@ -77,7 +80,7 @@ def cut(path: Path, data: bytes, parts: int) -> Pieces | None:
         return None
     start = opened.end()
     closing = _CLOSE.search(data, start)
-    if closing is None or not data[start:closing.start()].lstrip(_SPACE).startswith(b"{"):
+    if closing is None or not _OPENS.match(data, start, closing.start()):
         return None
     end = closing.start() + 1  # just past the last mission's "}"
     fields = _tail(data[closing.end():])
