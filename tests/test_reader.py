@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalkit.errors import EvalkitError
+from evalkit.store.layout import resolve_events
 from evalkit.store.reader import parse_text, read_stream
 from tests._stream_builders import good_run, write_stream
 
@@ -40,6 +42,30 @@ def test_run_directory_resolution_rules(tmp_path):
     assert read_stream(tmp_path / "deep").source.parts[-2] == "x"  # one level beats two
     write_stream(tmp_path / "deep" / "events.jsonl", good_run())
     assert read_stream(tmp_path / "deep").source == tmp_path / "deep" / "events.jsonl"
+
+
+def test_what_a_path_resolves_to(tmp_path, monkeypatch):
+    stream = write_stream(tmp_path / "k" / "events.jsonl", good_run())
+    assert resolve_events(tmp_path / "k") == stream
+    assert resolve_events(stream) == stream  # a file is itself
+    assert resolve_events(tmp_path / "nope") is None
+    assert resolve_events(stream / "below") is None  # a path through a file
+    os.mkfifo(tmp_path / "fifo")
+    assert resolve_events(tmp_path / "fifo") is None
+    (tmp_path / "d" / "events.jsonl").mkdir(parents=True)  # a folder by the name
+    assert resolve_events(tmp_path / "d") is None
+    (tmp_path / "l").mkdir()
+    (tmp_path / "l" / "events.jsonl").symlink_to(stream)
+    assert resolve_events(tmp_path / "l") == tmp_path / "l" / "events.jsonl"
+
+    listed = os.scandir  # a folder one may enter but not list (root lists anything)
+    def unlistable(path):
+        if os.fspath(path) in (os.fspath(tmp_path / "k"), os.fspath(tmp_path / "d")):
+            raise PermissionError(13, "Permission denied")
+        return listed(path)
+    monkeypatch.setattr(os, "scandir", unlistable)
+    assert resolve_events(tmp_path / "k") == stream
+    assert resolve_events(tmp_path / "d") is None
 
 
 def test_missing_path_and_empty_folder_are_one_sentence(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from evalkit.cli import main
+from evalkit.eval.summary import RunSummary
 from tests._stream_builders import (
     answer,
     finished,
@@ -182,12 +183,20 @@ def test_score_does_not_import_heavy_modules():
 
 
 def test_the_fanned_out_fold_equals_the_single_process_fold(suite_and_runs):
-    from evalkit.eval.score import locate, missions_in, summaries_python
+    from evalkit.eval.score import _targets, locate, missions_in, summaries_python
     from evalkit.eval.suite import load_suite
 
     suite, runs = suite_and_runs
     write_stream(runs / "t3" / "events.jsonl", good_run("mcp.echo"), tail="{torn")
-    located = locate(missions_in(load_suite(suite), "all"), runs, {})
-    one = summaries_python(located, workers=1)
-    two = summaries_python(located, workers=2)
-    assert one == two and len(one) == 8
+    (runs / "t4" / "events.jsonl").unlink()  # there, with no stream
+    shutil.rmtree(runs / "h2")  # not run
+    missions = missions_in(load_suite(suite), "all")
+    targets = _targets(missions, runs, {})
+    one = summaries_python(targets, workers=1)
+    for workers in (2, 3):
+        assert summaries_python(targets, workers=workers) == one
+    located, found = one
+    assert located == locate(missions, runs, {})  # in the missions' order
+    assert [loc.missing for loc in located if loc.missing] == [
+        "no stream: no events.jsonl in t4 or two levels below it", "not run"]
+    assert len(found) == 6 and all(isinstance(s, RunSummary) for s in found.values())

@@ -14,7 +14,6 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +190,22 @@ def missions_in(suite: Suite, split: str) -> list[Mission]:
 def locate(missions: list[Mission], runs: Path | None,
            mapping: Mapping[str, str | Path]) -> list[Located]:
     """Find each mission's events file: an explicit --map entry first, then --runs/<key>."""
+    return [_locate(target) for target in _targets(missions, runs, mapping)]
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where to look for one mission's stream (``path`` None: nowhere, so not run)."""
+
+    key: str
+    path: Path | None
+    label: str | None
+    base: Path | None
+
+
+def _targets(missions: list[Mission], runs: Path | None,
+             mapping: Mapping[str, str | Path]) -> list[_Target]:
+    """Where ``locate`` looks, with the arguments checked first (no stream is opened)."""
     if runs is not None and not runs.is_dir():
         what = "is not a folder" if runs.exists() else "does not exist"
         raise EvalkitError(f"--runs {runs} {what}")
@@ -198,25 +213,26 @@ def locate(missions: list[Mission], runs: Path | None,
     for key in mapping:
         if key not in keys:
             raise EvalkitError(f"bad --map: the suite has no mission {key!r} in this split")
-    located = []
+    targets = []
     for m in missions:
         if m.key in mapping:
-            target = Path(mapping[m.key])
-            located.append(_locate_one(m.key, target, str(mapping[m.key]), base=None))
+            targets.append(_Target(m.key, Path(mapping[m.key]), str(mapping[m.key]), None))
         elif runs is not None:
-            located.append(_locate_one(m.key, runs / m.key, None, base=runs))
+            targets.append(_Target(m.key, runs / m.key, None, runs))
         else:
-            located.append(Located(m.key, None, None, "not run"))
-    return located
+            targets.append(_Target(m.key, None, None, None))
+    return targets
 
 
-def _locate_one(key: str, target: Path, label: str | None, base: Path | None) -> Located:
-    events = resolve_events(target)
+def _locate(target: _Target) -> Located:
+    key, label, base = target.key, target.label, target.base
+    if target.path is None:
+        return Located(key, None, None, "not run")
+    events = resolve_events(target.path)
     if events is None:
-        if not os.path.exists(target):
+        if not os.path.exists(target.path):
             return Located(key, None, label, "not run")
-        shown = label or target.name
-        return Located(key, None, label, no_stream(shown))
+        return Located(key, None, label, no_stream(label or target.path.name))
     if label is None and base is not None:
         label = _relative_posix(events, base)
     return Located(key, events, label or events.as_posix())
@@ -230,29 +246,30 @@ def _relative_posix(path: Path, base: Path) -> str:
     return path.relative_to(base).as_posix()
 
 
-def summaries_python(located: list[Located], *, workers: int | None = None
-                     ) -> dict[str, RunSummary | str]:
-    """The plain path: read and fold each stream; large sets fan out over the cores.
+Found = dict[str, "RunSummary | str"]
 
-    With ``workers`` > 1 this process folds one share itself while forked
-    workers fold the others (a parent that only waited would leave a core
-    idle), and the workers send their summaries back packed as tuples, which
-    cross the pipe several times faster than the dataclass.
+
+def summaries_python(targets: list[_Target], *, workers: int | None = None
+                     ) -> tuple[list[Located], Found]:
+    """The plain path: locate and fold each stream; large sets fan out over the cores.
+
+    Locating is part of each share, not done before it: on a slow file system
+    the few system calls per mission cost a fifth of scoring 10,000 runs. With
+    ``workers`` > 1 this process takes one share itself while forked workers
+    take the others (a parent that only waited would leave a core idle), and
+    the workers send back plain tuples, which cross the pipe several times
+    faster than the dataclasses.
     """
-    present = [loc for loc in located if loc.events is not None]
-    workers = workers if workers is not None else _workers_for(len(present))
+    workers = workers if workers is not None else _workers_for(len(targets))
     if workers <= 1:
-        return dict(_summarize_many(present))
+        return _unpacked([_locate_and_fold(targets)], len(targets))
     import multiprocessing
 
-    chunks = [present[i::workers] for i in range(workers)]  # interleaved: even shares
+    chunks = [targets[i::workers] for i in range(workers)]  # interleaved: even shares
     with multiprocessing.get_context("fork").Pool(workers - 1) as pool:
-        pending = pool.map_async(partial(_summarize_many, packed=True), chunks[1:], chunksize=1)
-        out = dict(_summarize_many(chunks[0]))
-        parts = pending.get()
-    for part in parts:
-        out.update((key, found if isinstance(found, str) else unpack(found)) for key, found in part)
-    return out
+        pending = pool.map_async(_locate_and_fold, chunks[1:], chunksize=1)
+        first = _locate_and_fold(chunks[0])
+        return _unpacked([first, *pending.get()], len(targets))
 
 
 #: Runs each process must have to fold before one more is forked: below it the fork
@@ -267,28 +284,50 @@ def _workers_for(runs: int) -> int:
     return max(1, min(len(os.sched_getaffinity(0)), runs // PARALLEL_FROM))
 
 
-def _summarize_many(located: list[Located], *, packed: bool = False
-                    ) -> list[tuple[str, Any]]:
-    """Each stream's summary, or why it has none; ``packed`` summaries as ``pack`` tuples."""
-    out: list[tuple[str, Any]] = []
-    for loc in located:
-        try:
-            read = read_events_file(loc.events)
-        except EvalkitError as exc:
-            out.append((loc.key, f"no stream: {exc.message}"))
-            continue
-        found = summarize(read.records, read.lines, source=loc.source, skipped=read.skipped)
-        out.append((loc.key, pack(found) if packed else found))
+_Packed = tuple[str, "str | None", "str | None", "str | None", Any]
+
+
+def _locate_and_fold(targets: list[_Target]) -> list[_Packed]:
+    """Per target: its ``Located`` fields, then its summary packed (``pack``), why it
+    has none, or None when it has no stream."""
+    out: list[_Packed] = []
+    for target in targets:
+        loc = _locate(target)
+        found: Any = None
+        if loc.events is not None:
+            try:
+                read = read_events_file(loc.events)
+            except EvalkitError as exc:
+                found = f"no stream: {exc.message}"
+            else:
+                found = pack(summarize(read.records, read.lines, source=loc.source,
+                                       skipped=read.skipped))
+        events = os.fspath(loc.events) if loc.events is not None else None
+        out.append((loc.key, events, loc.source, loc.missing, found))
     return out
 
 
-def summaries_duckdb(located: list[Located]) -> dict[str, RunSummary | str]:
+def _unpacked(shares: list[list[_Packed]], total: int) -> tuple[list[Located], Found]:
+    """The shares' results back in the targets' order (share i holds targets i, i+n, ...)."""
+    located: list[Located] = [None] * total  # type: ignore[list-item]
+    found: Found = {}
+    for i, share in enumerate(shares):
+        for at, (key, events, source, missing, summary) in zip(
+                range(i, total, len(shares)), share, strict=True):
+            located[at] = Located(key, Path(events) if events is not None else None,
+                                  source, missing)
+            if summary is not None:
+                found[key] = summary if isinstance(summary, str) else unpack(summary)
+    return located, found
+
+
+def summaries_duckdb(located: list[Located]) -> Found:
     from evalkit.eval import tables  # DuckDB is imported only on this path
 
     files = [loc.events for loc in located if loc.events is not None]
     root = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
     by_path = tables.summaries_via_duckdb(root, files)
-    out: dict[str, RunSummary | str] = {}
+    out: Found = {}
     for loc in located:
         if loc.events is None:
             continue
@@ -311,14 +350,16 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     if dataset is not None:
         return _score_dataset(suite, missions, Path(dataset), split)
     runs_path = Path(runs) if runs is not None else None
-    located = locate(missions, runs_path, mapping or {})
-    if not any(loc.events is not None for loc in located):
-        where = f"under {runs_path}" if runs_path is not None else "in the --map entries"
-        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a stream {where}")
-    present = sum(1 for loc in located if loc.events is not None)
+    targets = _targets(missions, runs_path, mapping or {})
     chosen = engine if engine != "auto" else (
-        "duckdb" if DUCKDB_FROM is not None and present >= DUCKDB_FROM else "python")
-    found = summaries_duckdb(located) if chosen == "duckdb" else summaries_python(located)
+        "duckdb" if DUCKDB_FROM is not None and len(targets) >= DUCKDB_FROM else "python")
+    if chosen == "duckdb":
+        located = [_locate(target) for target in targets]
+        _require_a_stream(located, suite, runs_path)
+        found = summaries_duckdb(located)
+    else:
+        located, found = summaries_python(targets)
+        _require_a_stream(located, suite, runs_path)
     verdicts = []
     for m, loc in zip(missions, located, strict=True):
         summary = found.get(m.key)
@@ -327,6 +368,12 @@ def score(suite: Suite, *, runs: str | Path | None = None,
         else:
             verdicts.append(judge(m, None, source=loc.source, missing=summary or loc.missing))
     return ScoreReport(suite.name, split, chosen, verdicts)
+
+
+def _require_a_stream(located: list[Located], suite: Suite, runs: Path | None) -> None:
+    if not any(loc.events is not None for loc in located):
+        where = f"under {runs}" if runs is not None else "in the --map entries"
+        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a stream {where}")
 
 
 def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: str) -> ScoreReport:

@@ -67,18 +67,37 @@ def resolve_events(path: Path) -> Path | None:
 
 
 def _resolve(path: str) -> str | None:
+    # The folder is listed first, which answers "is it a folder" and "is its own
+    # events file there" too: two system calls fewer per mission than asking.
     try:
-        mode = os.stat(path).st_mode
+        with os.scandir(path) as listing:
+            entries = list(listing)
+    except NotADirectoryError:
+        return path if _is_file(path) else None
+    except PermissionError:
+        return _resolve_unlisted(path)
     except (OSError, ValueError):
         return None
-    if stat.S_ISREG(mode):
-        return path
-    if not stat.S_ISDIR(mode):
-        return None
+    if any(e.name == EVENTS_FILE and e.is_file() for e in entries):
+        return os.path.join(path, EVENTS_FILE)
+    children = [os.path.join(path, name) for name in sorted(e.name for e in entries if e.is_dir())]
+    return _below(children)
+
+
+def _resolve_unlisted(path: str) -> str | None:
+    """A folder that cannot be listed may still be entered: its own events file counts."""
     direct = os.path.join(path, EVENTS_FILE)
-    if os.path.isfile(direct):
-        return direct
-    children = _subdirs(path)
+    return direct if _is_file(direct) else None
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _below(children: list[str]) -> str | None:
     for child in children:  # one level down, first in sorted order
         candidate = os.path.join(child, EVENTS_FILE)
         if os.path.isfile(candidate):
