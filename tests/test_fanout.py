@@ -53,14 +53,19 @@ def small_suites_fan_out(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fanout, "FANOUT_FROM_BYTES", 0)
 
 
-def _serial(suite: Path, dataset: Path, split: str) -> tuple[bytes, str]:
-    report = score(load_suite(suite), dataset=dataset, split=split).to_dict()
+def _source(path: Path) -> dict[str, Path]:
+    """``dataset=path`` for a dataset, ``runs=path`` for a folder of runs."""
+    return {"dataset" if (path / "dataset.json").is_file() else "runs": path}
+
+
+def _serial(suite: Path, source: Path, split: str) -> tuple[bytes, str]:
+    report = score(load_suite(suite), split=split, **_source(source)).to_dict()
     return to_json_bytes(report), to_markdown(report)
 
 
-def _fanned(suite: Path, dataset: Path, split: str, workers: int) -> tuple[bytes, str] | None:
-    found = fanout.score_rendered(suite, dataset, split, want_json=True, want_markdown=True,
-                                  workers=workers)
+def _fanned(suite: Path, source: Path, split: str, workers: int) -> tuple[bytes, str] | None:
+    found = fanout.score_rendered(suite, split, want_json=True, want_markdown=True,
+                                  workers=workers, **_source(source))
     if found is None:
         return None
     with found:
@@ -69,10 +74,12 @@ def _fanned(suite: Path, dataset: Path, split: str, workers: int) -> tuple[bytes
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("split", ["all", "train", "test"])
-def test_fanout_renders_the_one_process_bytes(corpus: Path, split: str, workers: int) -> None:
-    suite, dataset = corpus / "suite.yaml", corpus / "dataset.parquet"
-    want = _serial(suite, dataset, split)
-    got = _fanned(suite, dataset, split, workers)
+@pytest.mark.parametrize("source", ["dataset.parquet", "runs"])
+def test_fanout_renders_the_one_process_bytes(corpus: Path, source: str, split: str,
+                                              workers: int) -> None:
+    suite = corpus / "suite.yaml"
+    want = _serial(suite, corpus / source, split)
+    got = _fanned(suite, corpus / source, split, workers)
     assert got is not None
     assert got == want
     assert b'"passed": false' in got[0] and "FAIL" in got[1]  # the failure paths ran too
@@ -113,6 +120,7 @@ def test_missing_and_nested_runs_are_found_as_the_one_process_path_finds_them(
     want = _serial(suite, dataset, "all")
     assert b"not run" in want[0] and b"no stream: no events.jsonl in " in want[0]
     assert _fanned(suite, dataset, "all", 2) == want
+    assert _fanned(suite, runs, "all", 2) == _serial(suite, runs, "all")
     # and the dataset words each mission as scoring the folder itself does
     from_runs = score(load_suite(suite), runs=runs).to_dict()["verdicts"]
     from_dataset = json.loads(want[0])["verdicts"]
@@ -173,13 +181,18 @@ def test_a_yaml_suite_or_stale_summaries_take_the_usual_path(corpus: Path, tmp_p
     assert _fanned(corpus / "suite.yaml", dataset, "all", 2) is None
 
 
-def test_the_cli_gives_the_same_report_through_either_path(corpus: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ["score", "--suite", str(corpus / "suite.yaml"), "--dataset",
-            str(corpus / "dataset.parquet")]
+@pytest.mark.parametrize("source", [["--dataset", "dataset.parquet"], ["--runs", "runs"]])
+def test_the_cli_gives_the_same_report_through_either_path(
+        corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: list[str]) -> None:
+    args = ["score", "--suite", str(corpus / "suite.yaml"), source[0], str(corpus / source[1])]
     runner = CliRunner()
+    rendered = fanout.score_rendered
+    taken = []
+    monkeypatch.setattr(fanout, "score_rendered",
+                        lambda *a, **k: taken.append(rendered(*a, **k)) or taken[-1])
     fanned = runner.invoke(cli, [*args, "--report", str(tmp_path / "a")])
     fanned_json = runner.invoke(cli, [*args, "--json"])
+    assert len(taken) == 2 and None not in taken  # the fan-out wrote both
     monkeypatch.setattr(fanout, "score_rendered", lambda *a, **k: None)
     usual = runner.invoke(cli, [*args, "--report", str(tmp_path / "b")])
     usual_json = runner.invoke(cli, [*args, "--json"])
@@ -190,13 +203,19 @@ def test_the_cli_gives_the_same_report_through_either_path(corpus: Path, tmp_pat
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
-def test_nothing_to_score_is_said_the_same_way(corpus: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", [["--dataset", "dataset.parquet"], ["--runs", "runs"]])
+def test_nothing_to_score_is_said_the_same_way(corpus: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               source: list[str]) -> None:
     suite = _edited(corpus, tmp_path, lambda d: [m.update(key=f"z{m['key']}") for m in d["missions"]])
-    result = CliRunner().invoke(cli, ["score", "--suite", str(suite), "--dataset",
-                                      str(corpus / "dataset.parquet")])
-    assert result.exit_code != 0
-    assert "nothing to score: no mission of suite" in result.output
-    assert "Traceback" not in result.output
+    args = ["score", "--suite", str(suite), source[0], str(corpus / source[1])]
+    fanned = CliRunner().invoke(cli, args)
+    monkeypatch.setattr(fanout, "score_rendered", lambda *a, **k: None)
+    usual = CliRunner().invoke(cli, args)
+    assert fanned.exit_code == usual.exit_code == 2
+    assert fanned.output == usual.output
+    assert "nothing to score: no mission of suite" in fanned.output
+    assert "Traceback" not in fanned.output
 
 
 # -- cutting -------------------------------------------------------------------------
@@ -252,15 +271,15 @@ def test_the_scratch_files_go_once_the_report_is_written(corpus: Path, tmp_path:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    found = fanout.score_rendered(corpus / "suite.yaml", corpus / "dataset.parquet", "all",
+    found = fanout.score_rendered(corpus / "suite.yaml", "all", dataset=corpus / "dataset.parquet",
                                   want_json=True, want_markdown=True, workers=2)
     assert found is not None and any(scratch.iterdir())  # the shares wrote their parts
     with found:
         found.json_bytes()
     assert not any(scratch.iterdir())
     refused = _edited(corpus, tmp_path, lambda d: d["missions"][-1].update(flag="nope"))
-    assert fanout.score_rendered(refused, corpus / "dataset.parquet", "all", want_json=True,
-                                 want_markdown=True, workers=2) is None
+    assert fanout.score_rendered(refused, "all", dataset=corpus / "dataset.parquet",
+                                 want_json=True, want_markdown=True, workers=2) is None
     assert not any(scratch.iterdir())
 
 

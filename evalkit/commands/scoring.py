@@ -64,10 +64,11 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
     with collector_paused():
         rendered = None
-        if dataset is not None and runs is None and not mapping:
+        # A large suite from one source is scored on every core; None: the usual way.
+        if (dataset is None) != (runs is None) and not mapping and engine != "duckdb":
             from evalkit.eval.fanout import score_rendered
 
-            rendered = score_rendered(suite_path, dataset, split,
+            rendered = score_rendered(suite_path, split, dataset=dataset, runs=runs,
                                       want_json=as_json or report_dir is not None,
                                       want_markdown=not as_json or report_dir is not None)
         if rendered is None:

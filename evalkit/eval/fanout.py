@@ -1,13 +1,15 @@
-"""Scoring a large suite from a dataset on every core, to the same bytes.
+"""Scoring a large suite on every core, to the same bytes.
 
-At 100,000 missions every step of ``score --dataset`` — parsing the suite,
-building and checking missions, decoding summaries, judging, rendering —
-is per-mission Python, so one process keeps one core busy. Here the suite's
+At 100,000 missions every step of ``score`` — parsing the suite, building
+and checking missions, finding each run's summary, judging, rendering — is
+per-mission Python, so one process keeps one core busy. Here the suite's
 text is cut into runs of missions (``suite_pieces``); each process parses,
-builds, checks, reads the kept summaries of, judges and renders its own
-run a few thousand missions at a time, appending what it renders to
-scratch files, and sends back the tally the suite-wide check rules need and
-running totals. This process writes the report's head, then the files.
+builds, checks, judges and renders its own run a few thousand missions at a
+time, appending what it renders to scratch files, and sends back the tally
+the suite-wide check rules need and running totals. This process writes the
+report's head, then the files. A run's summary comes from a dataset's kept
+summaries (``--dataset``) or is folded from its stream where the share finds
+it (``--runs``).
 
 The result is byte for byte what the one-process path writes: the same
 functions judge and render, totals are exact (see ``score._Totals``), and
@@ -33,14 +35,20 @@ from evalkit.eval import suite_pieces, tables
 from evalkit.eval.check import ShareCheck, Tally, suite_problems
 from evalkit.eval.score import (
     HalfTotals,
+    dataset_where,
+    fold,
     halves_dict,
+    judged,
+    locate_under,
     merge_halves,
     missing_from_dataset,
+    nothing_to_score,
     report_head,
+    runs_where,
     tally_halves,
 )
-from evalkit.eval.suite import _FAST_PATH_FROM, _suite_file
-from evalkit.eval.verdict import judge
+from evalkit.eval.suite import _FAST_PATH_FROM, Mission, _suite_file
+from evalkit.eval.verdict import Verdict, judge
 from evalkit.report.markdown import (
     HalfLines,
     Rendered,
@@ -65,7 +73,8 @@ class _Share:
     totals: HalfTotals
     passed: bool
     judged: int
-    missing: int
+    #: Missions whose stream was found (none at all: nothing to score).
+    found: int
     #: Its verdicts as the report's JSON holds them (None: none), and per half its
     #: markdown table rows and why-they-failed lines (None: none), each in a file.
     json: Path | None
@@ -73,14 +82,42 @@ class _Share:
     failures: dict[str, Path | None]
 
 
+class _FromDataset:
+    """Each mission's run from a dataset's kept summaries (indexed before forking:
+    the workers share its pages)."""
+
+    def __init__(self, dataset: Path, kept: tables.KeptSummaries) -> None:
+        self.where = dataset_where(dataset)
+        self.kept, self.under = kept, kept.under()
+        #: Mission folders that were there but held no stream (``tables.without_stream``).
+        self.bare = tables.without_stream(dataset)
+
+    def verdict(self, m: Mission) -> tuple[Verdict, bool]:
+        """The mission's verdict, and whether its run was found."""
+        rel = m.key + _OWN_EVENTS  # the usual layout: no need to look further
+        if rel not in self.kept.row:
+            rel = resolve_relative(m.key, self.under.get(m.key, ()))
+        if rel is None:
+            return judge(m, None, missing=missing_from_dataset(m.key, self.bare)), False
+        return judge(m, self.kept.get(rel), source=rel), True
+
+
+class _FromRuns:
+    """Each mission's stream from a runs folder, found and folded by the share."""
+
+    def __init__(self, runs: Path) -> None:
+        self.where = runs_where(runs)
+        self.runs = runs
+
+    def verdict(self, m: Mission) -> tuple[Verdict, bool]:
+        loc = locate_under(m.key, self.runs)
+        return judged(m, loc, fold(loc)), loc.events is not None
+
+
 @dataclass(frozen=True)
 class _Job:
     pieces: suite_pieces.Pieces
-    #: The dataset's index, made once before forking (the workers share its pages).
-    kept: tables.KeptSummaries
-    under: dict[str, list[str]]
-    #: Mission folders that were there but held no stream (``tables.without_stream``).
-    bare: frozenset[str]
+    source: _FromDataset | _FromRuns
     split: str
     want_json: bool
     want_markdown: bool
@@ -92,19 +129,26 @@ _OWN_EVENTS = "/" + EVENTS_FILE
 _JOB: _Job | None = None  # set before forking: the workers inherit it rather than unpickle it
 
 
-def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bool,
-                   want_markdown: bool, workers: int | None = None) -> Rendered | None:
-    """The report of ``suite_path`` scored from ``dataset`` on several cores, or None.
+def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
+                   runs: Path | None = None, want_json: bool, want_markdown: bool,
+                   workers: int | None = None) -> Rendered | None:
+    """The report of ``suite_path`` scored on several cores, or None.
 
-    None means "score it the usual way": too small to pay, a suite that is
-    not a JSON document, a check problem, or a dataset without current kept
-    summaries. With one core it still pays: the work streams, so memory stays low.
+    From ``dataset`` (its kept summaries) or ``runs`` (each mission's stream
+    folded where its share finds it), one of the two. None means "score it
+    the usual way": too small to pay, a suite that is not a JSON document, a
+    check problem, or a dataset without current kept summaries. With one
+    core it still pays: the work streams, so memory stays low.
     """
     workers = workers if workers is not None else len(os.sched_getaffinity(0))
     try:
         file = _suite_file(Path(suite_path))
-        if file.stat().st_size < FANOUT_FROM_BYTES or not tables.stored_summaries_current(dataset):
+        if file.stat().st_size < FANOUT_FROM_BYTES:
             return None
+        if dataset is not None and not tables.stored_summaries_current(dataset):
+            return None
+        if runs is not None and not Path(runs).is_dir():
+            return None  # the usual path words it
         data = file.read_bytes()
     except (EvalkitError, OSError):
         return None  # the usual path words it
@@ -113,7 +157,8 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
     if pieces is None:
         return None
     try:
-        kept = tables.KeptSummaries(Path(dataset))
+        source = _FromRuns(Path(runs)) if dataset is None else \
+            _FromDataset(Path(dataset), tables.KeptSummaries(Path(dataset)))
     except (pa.ArrowException, OSError, ValueError):
         return None  # a damaged table: the usual path falls back to the events
     try:
@@ -121,12 +166,11 @@ def score_rendered(suite_path: Path, dataset: Path, split: str, *, want_json: bo
     except OSError:
         return None
     try:
-        job = _Job(pieces, kept, kept.under(), tables.without_stream(dataset), split,
-                   want_json, want_markdown, scratch)
+        job = _Job(pieces, source, split, want_json, want_markdown, scratch)
         shares = _run(job)
         found = None
         if shares is not None and all(share is not None for share in shares):
-            found = _stitch(pieces, dataset, split, shares,  # type: ignore[arg-type]
+            found = _stitch(pieces, source.where, split, shares,  # type: ignore[arg-type]
                             want_json, want_markdown, scratch)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -168,9 +212,9 @@ def _score_share(index: int) -> _Share | None:
     if fields is None:
         return None
     check = ShareCheck(fields)
-    kept, under = job.kept, job.under
+    verdict_of = job.source.verdict
     totals = tally_halves((), job.split)
-    passed, judged, missing = True, 0, 0
+    passed, judged, found = True, 0, 0
     with _Files(job.scratch, index, totals) as out:
         for built in suite_pieces.missions(job.pieces, index):
             if not check.clean(built):
@@ -179,23 +223,18 @@ def _score_share(index: int) -> _Share | None:
             for m in built:
                 if job.split != "all" and m.split != job.split:
                     continue
-                rel = m.key + _OWN_EVENTS  # the usual layout: no need to look further
-                if rel not in kept.row:
-                    rel = resolve_relative(m.key, under.get(m.key, ()))
-                if rel is None:
-                    verdicts.append(judge(m, None, missing=missing_from_dataset(m.key, job.bare)))
-                else:
-                    verdicts.append(judge(m, kept.get(rel), source=rel))
+                verdict, there = verdict_of(m)
+                verdicts.append(verdict)
+                found += there
             merge_halves(totals, tally_halves(verdicts, job.split))
             passed = passed and all(v.passed for v in verdicts)
             judged += len(verdicts)
-            missing += sum(v.missing for v in verdicts)
             dicts = [v.as_dict() for v in verdicts]
             if job.want_json:
                 out.json(encode_verdicts(dicts))
             if job.want_markdown:
                 out.markdown(*render_verdicts(dicts, totals))
-    return _Share(check.tally, totals, passed, judged, missing, *out.written())
+    return _Share(check.tally, totals, passed, judged, found, *out.written())
 
 
 class _Files:
@@ -240,7 +279,7 @@ class _Files:
                 {half: path(f"failed.{half}") for half in self.halves})
 
 
-def _stitch(pieces: suite_pieces.Pieces, dataset: Path, split: str, shares: list[_Share],
+def _stitch(pieces: suite_pieces.Pieces, where: str, split: str, shares: list[_Share],
             want_json: bool, want_markdown: bool, scratch: Path) -> Rendered | None:
     tally = Tally()
     for share in shares:
@@ -248,10 +287,8 @@ def _stitch(pieces: suite_pieces.Pieces, dataset: Path, split: str, shares: list
     suite = suite_pieces.build_fields(pieces)
     if suite is None or len(tally.keys) != tally.total or any(suite_problems(suite, tally)):
         return None  # a key in two runs, or a suite-wide problem: the usual path words it
-    judged = sum(share.judged for share in shares)
-    if judged and judged == sum(share.missing for share in shares):
-        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' "
-                           f"has a run in {dataset}")
+    if not any(share.found for share in shares):
+        raise nothing_to_score(suite.name, where)
     totals = shares[0].totals
     for share in shares[1:]:
         merge_halves(totals, share.totals)

@@ -293,18 +293,34 @@ def _locate_and_fold(targets: list[_Target]) -> list[_Packed]:
     out: list[_Packed] = []
     for target in targets:
         loc = _locate(target)
-        found: Any = None
-        if loc.events is not None:
-            try:
-                read = read_events_file(loc.events)
-            except EvalkitError as exc:
-                found = f"no stream: {exc.message}"
-            else:
-                found = pack(summarize(read.records, read.lines, source=loc.source,
-                                       skipped=read.skipped))
+        found = fold(loc)
         events = os.fspath(loc.events) if loc.events is not None else None
-        out.append((loc.key, events, loc.source, loc.missing, found))
+        out.append((loc.key, events, loc.source, loc.missing,
+                    pack(found) if isinstance(found, RunSummary) else found))
     return out
+
+
+def locate_under(key: str, runs: Path) -> Located:
+    """``locate`` for one mission of a ``--runs`` folder."""
+    return _locate(_Target(key, runs / key, None, runs))
+
+
+def fold(loc: Located) -> RunSummary | str | None:
+    """The summary of a located stream, why it has none, or None when there is no stream."""
+    if loc.events is None:
+        return None
+    try:
+        read = read_events_file(loc.events)
+    except EvalkitError as exc:
+        return f"no stream: {exc.message}"
+    return summarize(read.records, read.lines, source=loc.source, skipped=read.skipped)
+
+
+def judged(m: Mission, loc: Located, found: RunSummary | str | None) -> Verdict:
+    """The verdict of a mission from what ``fold`` found for it."""
+    if isinstance(found, RunSummary):
+        return judge(m, found, source=loc.source)
+    return judge(m, None, source=loc.source, missing=found or loc.missing)
 
 
 def _unpacked(shares: list[list[_Packed]], total: int) -> tuple[list[Located], Found]:
@@ -360,20 +376,27 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     else:
         located, found = summaries_python(targets)
         _require_a_stream(located, suite, runs_path)
-    verdicts = []
-    for m, loc in zip(missions, located, strict=True):
-        summary = found.get(m.key)
-        if isinstance(summary, RunSummary):
-            verdicts.append(judge(m, summary, source=loc.source))
-        else:
-            verdicts.append(judge(m, None, source=loc.source, missing=summary or loc.missing))
+    verdicts = [judged(m, loc, found.get(m.key))
+                for m, loc in zip(missions, located, strict=True)]
     return ScoreReport(suite.name, split, chosen, verdicts)
 
 
 def _require_a_stream(located: list[Located], suite: Suite, runs: Path | None) -> None:
     if not any(loc.events is not None for loc in located):
-        where = f"under {runs}" if runs is not None else "in the --map entries"
-        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a stream {where}")
+        raise nothing_to_score(suite.name, runs_where(runs))
+
+
+def runs_where(runs: Path | None) -> str:
+    return f"has a stream under {runs}" if runs is not None else "has a stream in the --map entries"
+
+
+def dataset_where(dataset: Path) -> str:
+    return f"has a run in {dataset}"
+
+
+def nothing_to_score(suite: str, where: str) -> EvalkitError:
+    """The error when no mission of the half scored has a stream (``where``: ``*_where``)."""
+    return EvalkitError(f"nothing to score: no mission of suite '{suite}' {where}")
 
 
 def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: str) -> ScoreReport:
@@ -397,8 +420,8 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
         else:
             summary = by_path[rel] if uses[m.key] else by_path.pop(rel)
             verdicts.append(judge(m, summary, source=rel))
-    if all(v.missing for v in verdicts) and verdicts:
-        raise EvalkitError(f"nothing to score: no mission of suite '{suite.name}' has a run in {dataset}")
+    if all(v.missing for v in verdicts):  # as from a runs folder: none at all is none
+        raise nothing_to_score(suite.name, dataset_where(dataset))
     return ScoreReport(suite.name, split, "duckdb", verdicts)
 
 
