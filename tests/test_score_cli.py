@@ -130,6 +130,19 @@ def test_an_empty_runs_folder_is_nothing_to_score(suite_and_runs, tmp_path):
     assert result.exit_code == 2 and "nothing to score" in result.stderr
 
 
+def test_a_half_with_no_mission_is_nothing_to_score_from_either_source(tmp_path):
+    suite = write_suite(tmp_path / "suite.yaml", [mission(f"t{i}", split="train")
+                                                  for i in range(3)], flags=["chaining"])
+    runs = tmp_path / "runs"
+    for i in range(3):
+        write_stream(runs / f"t{i}" / "events.jsonl", good_run())
+    invoke("ingest", str(runs), "--out", str(tmp_path / "ds"))
+    for source in (["--runs", str(runs)], ["--dataset", str(tmp_path / "ds")]):
+        result = invoke("score", "--suite", str(suite), *source, "--split", "test")
+        assert result.exit_code == 2, source
+        assert "nothing to score: no mission of suite 'suite'" in result.stderr
+
+
 def test_an_events_path_that_is_a_directory_is_no_stream(suite_and_runs, tmp_path):
     suite, runs = suite_and_runs
     (runs / "t0" / "events.jsonl").unlink()
