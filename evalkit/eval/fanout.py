@@ -140,6 +140,8 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
     check problem, or a dataset without current kept summaries. With one
     core it still pays: the work streams, so memory stays low.
     """
+    if (dataset is None) == (runs is None):
+        raise TypeError("score_rendered scores from a dataset or from runs: give one")
     workers = workers if workers is not None else len(os.sched_getaffinity(0))
     try:
         file = _suite_file(Path(suite_path))
