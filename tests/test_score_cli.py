@@ -195,6 +195,19 @@ def test_score_does_not_import_heavy_modules():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_scoring_a_runs_folder_imports_nothing_heavy(suite_and_runs):
+    """The ~80-run target counts interpreter start: Arrow, NumPy and DuckDB alone
+    would take a third of it, and scoring JSONL needs none of them."""
+    suite, runs = suite_and_runs
+    code = ("import sys; from evalkit.cli import main\n"
+            f"try:\n    main(['score', '--suite', {str(suite)!r}, '--runs', {str(runs)!r}])\n"
+            "except SystemExit as exit:\n    assert exit.code == 0, exit.code\n"
+            "heavy = [m for m in ('pandas', 'duckdb', 'pyarrow', 'numpy', 'openai', 'mcp',"
+            " 'jinja2') if m in sys.modules]\nprint(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr
+
+
 def test_the_fanned_out_fold_equals_the_single_process_fold(suite_and_runs):
     from evalkit.eval.score import _targets, locate, missions_in, summaries_python
     from evalkit.eval.suite import load_suite

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, BinaryIO
 
 from evalkit.errors import EvalkitError
-from evalkit.eval import suite_pieces, tables
+from evalkit.eval import suite_pieces
 from evalkit.eval.check import ShareCheck, Tally, suite_problems
 from evalkit.eval.score import (
     HalfTotals,
@@ -60,6 +59,9 @@ from evalkit.report.markdown import (
 )
 from evalkit.store.layout import EVENTS_FILE, resolve_relative
 
+if TYPE_CHECKING:
+    from evalkit.eval.tables import KeptSummaries
+
 #: Missions a suite must have (judged by its size: ~600 bytes of JSON each)
 #: before fanning out pays for the forks and the stitching.
 FANOUT_FROM_BYTES = max(_FAST_PATH_FROM, 4 * 2**20)
@@ -86,11 +88,13 @@ class _FromDataset:
     """Each mission's run from a dataset's kept summaries (indexed before forking:
     the workers share its pages)."""
 
-    def __init__(self, dataset: Path, kept: tables.KeptSummaries) -> None:
+    def __init__(self, dataset: Path, kept: KeptSummaries) -> None:
+        from evalkit.eval.tables import without_stream
+
         self.where = dataset_where(dataset)
         self.kept, self.under = kept, kept.under()
-        #: Mission folders that were there but held no stream (``tables.without_stream``).
-        self.bare = tables.without_stream(dataset)
+        #: Mission folders that were there but held no stream.
+        self.bare = without_stream(dataset)
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The mission's verdict, and whether its run was found."""
@@ -147,22 +151,16 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
         file = _suite_file(Path(suite_path))
         if file.stat().st_size < FANOUT_FROM_BYTES:
             return None
-        if dataset is not None and not tables.stored_summaries_current(dataset):
+        source = _source(dataset, runs)
+        if source is None:
             return None
-        if runs is not None and not Path(runs).is_dir():
-            return None  # the usual path words it
         data = file.read_bytes()
-    except (EvalkitError, OSError):
-        return None  # the usual path words it
+    except (EvalkitError, OSError, ValueError, *_arrow_errors()):
+        return None  # the usual path words it (a damaged table: it reads the events)
     pieces = suite_pieces.cut(file, data, workers)
     del data  # the pieces hold it (less any BOM)
     if pieces is None:
         return None
-    try:
-        source = _FromRuns(Path(runs)) if dataset is None else \
-            _FromDataset(Path(dataset), tables.KeptSummaries(Path(dataset)))
-    except (pa.ArrowException, OSError, ValueError):
-        return None  # a damaged table: the usual path falls back to the events
     try:
         scratch = Path(tempfile.mkdtemp(prefix="evalkit-score-"))
     except OSError:
@@ -180,6 +178,24 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
     if found is None:
         shutil.rmtree(scratch, ignore_errors=True)
     return found
+
+
+def _source(dataset: Path | None, runs: Path | None) -> _FromDataset | _FromRuns | None:
+    """Where the runs come from, or None when this path does not take them."""
+    if runs is not None:
+        return _FromRuns(Path(runs)) if Path(runs).is_dir() else None
+    assert dataset is not None
+    from evalkit.eval import tables  # pyarrow and numpy: only a dataset needs them
+
+    if not tables.stored_summaries_current(dataset):
+        return None
+    return _FromDataset(Path(dataset), tables.KeptSummaries(Path(dataset)))
+
+
+def _arrow_errors() -> tuple[type[Exception], ...]:
+    """Arrow's errors, which only a loaded pyarrow can raise."""
+    arrow = sys.modules.get("pyarrow")
+    return (arrow.ArrowException,) if arrow is not None else ()
 
 
 def _run(job: _Job) -> list[_Share | None] | None:
@@ -203,7 +219,7 @@ def _share(index: int) -> _Share | None:
     """Parse, build, check, judge and render one run of missions (None: do it the usual way)."""
     try:
         return _score_share(index)
-    except (suite_pieces.Odd, pa.ArrowException, OSError, ValueError, KeyError, TypeError):
+    except (suite_pieces.Odd, *_arrow_errors(), OSError, ValueError, KeyError, TypeError):
         return None  # the one-process path says what it is
 
 
