@@ -195,6 +195,29 @@ def test_score_does_not_import_heavy_modules():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_report_written_half_way_leaves_the_last_one_whole(suite_and_runs, tmp_path,
+                                                              monkeypatch):
+    from evalkit.report import markdown
+
+    suite, runs = suite_and_runs
+    report = tmp_path / "report"
+    assert invoke("score", "--suite", str(suite), "--runs", str(runs), "--report",
+                  str(report)).exit_code == 0
+    before = {name: (report / name).read_bytes() for name in ("report.json", "report.md")}
+    written = markdown.write_parts
+
+    def disk_fills_half_way(stream, parts):
+        written(stream, [bytes(part)[:10] for part in parts])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(markdown, "write_parts", disk_fills_half_way)
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--report", str(report))
+    assert result.exit_code == 2
+    assert "cannot write the report" in result.stderr and "No space left" in result.stderr
+    assert {name: (report / name).read_bytes() for name in before} == before
+    assert sorted(p.name for p in report.iterdir()) == ["report.json", "report.md"]
+
+
 def test_scoring_a_runs_folder_imports_nothing_heavy(suite_and_runs):
     """The ~80-run target counts interpreter start: Arrow, NumPy and DuckDB alone
     would take a third of it, and scoring JSONL needs none of them."""

@@ -19,10 +19,10 @@ _SPAWN = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 def write_report_files(report: dict[str, Any], folder: Path) -> None:
     """``report.json`` and ``report.md``: the score report, then the failure taxonomy."""
     from evalkit.eval.taxonomy import to_markdown as taxonomy_markdown
-    from evalkit.report.markdown import to_markdown, write_report
+    from evalkit.report.markdown import to_markdown, write_file, write_report
 
     _, md = write_report(report, folder)
-    md.write_text(to_markdown(report) + "\n" + taxonomy_markdown(report), encoding="utf-8")
+    write_file(md, [(to_markdown(report) + "\n" + taxonomy_markdown(report)).encode("utf-8")])
 
 
 def _common(fn: Any) -> Any:

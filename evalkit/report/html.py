@@ -20,6 +20,7 @@ from evalkit.eval.suite import SPLITS, Suite, SuiteError, load_suite
 from evalkit.report import charts
 from evalkit.report.folders import Scoring
 from evalkit.report.kpis import halves
+from evalkit.report.markdown import write_file
 
 #: How many rubric changes the report lists, newest first.
 RUBRIC_CHANGES_SHOWN = 10
@@ -142,7 +143,7 @@ def write(text: str, path: Path) -> Path:
     try:
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_file(path, [text.encode("utf-8")])
     except OSError as exc:
         raise EvalkitError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path

@@ -7,6 +7,7 @@ the same runs give the same bytes and a report can be committed and diffed.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,23 @@ def write_parts(stream: BinaryIO, parts: list[Part]) -> None:
                 shutil.copyfileobj(source, stream, 2**20)
         else:
             stream.write(part)
+
+
+def write_file(path: Path, parts: list[Part]) -> Path:
+    """Write the parts to ``path`` through a temporary sibling renamed over it.
+
+    A reader, or a score killed half way through a report of a million
+    verdicts, never finds half a report where a whole one was.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), "wb") as out:
+            write_parts(out, parts)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _joined(parts: list[Part]) -> bytes:
@@ -225,8 +243,7 @@ def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:
         folder.mkdir(parents=True, exist_ok=True)
         json_path, md_path = folder / "report.json", folder / "report.md"
         for path, parts in ((json_path, rendered.json), (md_path, rendered.markdown)):
-            with open(path, "wb") as out:
-                write_parts(out, parts or [])
+            write_file(path, parts or [])
     except OSError as exc:
         raise EvalkitError(f"cannot write the report to {folder}: {exc.strerror or exc}") from None
     return json_path, md_path
