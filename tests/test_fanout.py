@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -281,6 +282,33 @@ def test_the_scratch_files_go_once_the_report_is_written(corpus: Path, tmp_path:
     assert fanout.score_rendered(refused, "all", dataset=corpus / "dataset.parquet",
                                  want_json=True, want_markdown=True, workers=2) is None
     assert not any(scratch.iterdir())
+
+
+def test_scratch_a_killed_score_left_goes_with_the_next_one(corpus: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead, here = int(gone.stdout), socket.gethostname()
+    killed = tmp_path / f"{fanout.SCRATCH_PREFIX}{here}-{dead}"
+    (killed / "0.json").parent.mkdir()
+    (killed / "0.json").write_bytes(b"x" * 1000)
+    kept = [tmp_path / f"{fanout.SCRATCH_PREFIX}{here}-{os.getppid()}",  # still running
+            tmp_path / f"{fanout.SCRATCH_PREFIX}another-host-{dead}",  # cannot be told
+            tmp_path / f"other-{here}-{dead}"]  # not ours
+    for folder in kept:
+        folder.mkdir()
+    found = fanout.score_rendered(corpus / "suite.yaml", "all", runs=corpus / "runs",
+                                  want_json=True, want_markdown=False, workers=2)
+    assert found is not None
+    with found:
+        found.json_bytes()
+    assert sorted(tmp_path.iterdir()) == sorted(kept)
 
 
 def test_bytes_the_whole_suite_loader_refuses_are_refused_here_too(corpus: Path,

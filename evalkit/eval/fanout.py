@@ -57,6 +57,7 @@ from evalkit.report.markdown import (
     markdown_parts,
     render_verdicts,
 )
+from evalkit.store import leftovers
 from evalkit.store.layout import EVENTS_FILE, resolve_relative
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
     if pieces is None:
         return None
     try:
-        scratch = Path(tempfile.mkdtemp(prefix="evalkit-score-"))
+        scratch = _scratch()
     except OSError:
         return None
     try:
@@ -178,6 +179,22 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
     if found is None:
         shutil.rmtree(scratch, ignore_errors=True)
     return found
+
+
+#: The scratch folder's name in the temp directory, before host and process id.
+SCRATCH_PREFIX = "evalkit-score-"
+
+
+def _scratch() -> Path:
+    """A scratch folder for this process's shares; first, those killed scores left."""
+    base = Path(tempfile.gettempdir())
+    leftovers.remove_left_behind(base, (SCRATCH_PREFIX,))
+    scratch = base / leftovers.tagged(SCRATCH_PREFIX)
+    try:
+        scratch.mkdir()
+    except FileExistsError:  # this process scores twice at once (a library caller)
+        return Path(tempfile.mkdtemp(prefix=f"{scratch.name}.", dir=base))
+    return scratch
 
 
 def _source(dataset: Path | None, runs: Path | None) -> _FromDataset | _FromRuns | None:

@@ -42,7 +42,6 @@ import pickle
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -65,6 +64,7 @@ from evalkit.contract import FIELDS
 from evalkit.errors import EvalkitError
 from evalkit.gcpause import collector_paused
 from evalkit.store import dataset as ds
+from evalkit.store import leftovers
 from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE
 
 if TYPE_CHECKING:  # imported by ``connect``: most ingests never need DuckDB (see _Connection)
@@ -1057,43 +1057,17 @@ def _replace(tmp: Path, out: Path) -> None:
 
 
 def _sibling(out: Path, kind: str) -> Path:
-    """This process's temporary sibling of ``out``: ``.NAME.KIND-HOST-PID``.
-
-    The host is in the name so that only an ingest on the same machine, which
-    can tell whether that process still runs, ever removes it (``_remove_abandoned``).
-    """
-    return out.with_name(f".{out.name}.{kind}-{socket.gethostname()}-{os.getpid()}")
+    """This process's temporary sibling of ``out``: ``.NAME.KIND-HOST-PID``."""
+    return out.with_name(leftovers.tagged(f".{out.name}.{kind}-"))
 
 
 def _remove_abandoned(out: Path) -> None:
     """Remove the temporary siblings of ``out`` that an ingest killed here left behind.
 
-    A process killed with -9 cleans nothing up, and at a million runs its
-    half-written dataset holds gigabytes. Called once a new dataset is in
-    place, so nothing is removed while it is the only copy of the runs' tables.
-    A sibling from before host names were in them (``tmp-PID``) counts as from here.
+    Called once a new dataset is in place, so nothing is removed while it is
+    the only copy of the runs' tables.
     """
-    prefix, here = f".{out.name}.", socket.gethostname()
-    try:
-        names = os.listdir(out.parent)
-    except OSError:
-        return
-    for name in names:
-        kind, _, owner = name.removeprefix(prefix).partition("-")
-        host, _, pid = owner.rpartition("-")
-        if (name.startswith(prefix) and kind in ("tmp", "old") and host in ("", here)
-                and pid.isdigit() and not _running(int(pid))):
-            shutil.rmtree(out.parent / name, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # there, but not ours to signal
-    return True
+    leftovers.remove_left_behind(out.parent, (f".{out.name}.tmp-", f".{out.name}.old-"))
 
 
 #: Runs each process must get before ingest fans out: starting a worker process
