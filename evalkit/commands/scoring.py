@@ -64,8 +64,10 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
     with collector_paused():
         rendered = None
-        # A large suite from one source is scored on every core; None: the usual way.
-        if (dataset is None) != (runs is None) and not mapping and engine != "duckdb":
+        # A large suite from one source is scored on every core (JSONL folded in
+        # Python: the duckdb engine reads the runs its own way); None: the usual way.
+        if not mapping and (dataset is not None and runs is None
+                            or runs is not None and dataset is None and engine != "duckdb"):
             from evalkit.eval.fanout import score_rendered
 
             rendered = score_rendered(suite_path, split, dataset=dataset, runs=runs,

@@ -58,7 +58,7 @@ from evalkit.report.markdown import (
     render_verdicts,
 )
 from evalkit.store import leftovers
-from evalkit.store.layout import EVENTS_FILE, resolve_relative
+from evalkit.store.layout import resolve_relative
 
 if TYPE_CHECKING:
     from evalkit.eval.tables import KeptSummaries
@@ -99,9 +99,7 @@ class _FromDataset:
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The mission's verdict, and whether its run was found."""
-        rel = m.key + _OWN_EVENTS  # the usual layout: no need to look further
-        if rel not in self.kept.row:
-            rel = resolve_relative(m.key, self.under.get(m.key, ()))
+        rel = resolve_relative(m.key, self.under.get(m.key, ()))  # as score._score_dataset
         if rel is None:
             return judge(m, None, missing=missing_from_dataset(m.key, self.bare)), False
         return judge(m, self.kept.get(rel), source=rel), True
@@ -130,7 +128,6 @@ class _Job:
     scratch: Path
 
 
-_OWN_EVENTS = "/" + EVENTS_FILE
 _JOB: _Job | None = None  # set before forking: the workers inherit it rather than unpickle it
 
 

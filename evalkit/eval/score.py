@@ -404,9 +404,7 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
 
     by_path = tables.summaries_from_dataset(dataset)
     bare = tables.without_stream(dataset)
-    under: dict[str, list[str]] = {}  # mission key -> the events paths below it
-    for path in by_path:
-        under.setdefault(path.split("/", 1)[0], []).append(path)
+    under = tables.by_mission_folder(by_path)
     verdicts = []
     # A summary is let go once its last mission is judged: at 100k runs that
     # is a tenth of peak memory. (A key twice in a suite, which check reports,

@@ -416,6 +416,15 @@ def _kept_summaries(dataset: Path) -> dict[str, RunSummary]:
     return dict(sorted(found.items()))
 
 
+def by_mission_folder(paths: Iterable[str]) -> dict[str, list[str]]:
+    """A dataset's events paths grouped by the folder they sit in under the runs root
+    (a mission's key), for ``resolve_relative``."""
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        found.setdefault(path.split("/", 1)[0], []).append(path)
+    return found
+
+
 class KeptSummaries:
     """A dataset's kept summaries, each decoded only when asked for.
 
@@ -452,10 +461,7 @@ class KeptSummaries:
 
     def under(self) -> dict[str, list[str]]:
         """Mission folder -> the events paths below it."""
-        found: dict[str, list[str]] = {}
-        for path in self.paths:
-            found.setdefault(path.split("/", 1)[0], []).append(path)
-        return found
+        return by_mission_folder(self.paths)
 
     def get(self, path: str) -> RunSummary:
         row = self.row[path]

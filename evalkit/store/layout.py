@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -73,28 +72,20 @@ def _resolve(path: str) -> str | None:
         with os.scandir(path) as listing:
             entries = list(listing)
     except NotADirectoryError:
-        return path if _is_file(path) else None
+        return path if os.path.isfile(path) else None
     except PermissionError:
         return _resolve_unlisted(path)
     except (OSError, ValueError):
         return None
     if any(e.name == EVENTS_FILE and e.is_file() for e in entries):
         return os.path.join(path, EVENTS_FILE)
-    children = [os.path.join(path, name) for name in sorted(e.name for e in entries if e.is_dir())]
-    return _below(children)
+    return _below(_folders(path, entries))
 
 
 def _resolve_unlisted(path: str) -> str | None:
     """A folder that cannot be listed may still be entered: its own events file counts."""
     direct = os.path.join(path, EVENTS_FILE)
-    return direct if _is_file(direct) else None
-
-
-def _is_file(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError):
-        return False
+    return direct if os.path.isfile(direct) else None
 
 
 def _below(children: list[str]) -> str | None:
@@ -113,11 +104,14 @@ def _below(children: list[str]) -> str | None:
 def _subdirs(path: str) -> list[str]:
     """Sub-folders sorted by name (what sorted(glob) would give), unreadable ones skipped."""
     try:
-        with os.scandir(path) as entries:
-            names = sorted(e.name for e in entries if e.is_dir())
+        with os.scandir(path) as listing:
+            return _folders(path, list(listing))
     except OSError:
         return []
-    return [os.path.join(path, name) for name in names]
+
+
+def _folders(path: str, entries: list[os.DirEntry[str]]) -> list[str]:
+    return [os.path.join(path, name) for name in sorted(e.name for e in entries if e.is_dir())]
 
 
 def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
