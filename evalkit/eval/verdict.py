@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,9 +213,19 @@ def _search(pattern: str, answer: str, lowered: str | None = _UNSET) -> bool | s
         if lowered is not None:  # no character outside ASCII can fold onto these
             return literal in lowered
     try:
-        return re.search(pattern, answer) is not None
+        return _compiled(pattern).search(answer) is not None
     except re.error as exc:
         return f"the pattern /{pattern}/ does not compile ({exc}); this check cannot pass"
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    """``re.compile`` without its FutureWarnings (``[[`` "may become a nested set"):
+    the pattern means today what ``re.search`` makes of it, and a Python
+    warning in the middle of a score report reads as a fault of evalkit's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return re.compile(pattern)
 
 
 #: Characters that stand for themselves in a regex, outside a character class.
