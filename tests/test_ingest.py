@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from evalkit.cli import main
 from evalkit.errors import EvalkitError
 from evalkit.store import dataset as ds
-from evalkit.store.ingest import _can_fan_out, discover, ingest
+from evalkit.store.ingest import discover, ingest
+from evalkit.store.ingest.workers import can_fan_out
 from evalkit.store.reader import read_events_file
 from tests._runs import bare, call, envelope, finished, started, write_corpus, write_run
 from tests._stream_builders import good_run, write_stream
@@ -423,5 +424,5 @@ def test_a_derivation_from_the_callers_script_converts_in_this_process() -> None
     """Worker processes import a derivation's class by name: one from ``__main__`` they
     cannot find, so ingest does not fan out for it."""
     local = type("Local", (), {"__module__": "__main__"})
-    assert not _can_fan_out(local())
-    assert _can_fan_out(_DiesInAWorker()) and _can_fan_out(None)
+    assert not can_fan_out(local())
+    assert can_fan_out(_DiesInAWorker()) and can_fan_out(None)

@@ -18,8 +18,8 @@ from evalkit.eval.tables import (
     summaries_from_dataset,
     summaries_via_duckdb,
 )
-from evalkit.store import ingest as ingest_module
 from evalkit.store.ingest import ingest
+from evalkit.store.ingest import writers as ingest_writers
 from tests._runs import bare, envelope, reference, write_corpus, write_run
 
 
@@ -62,7 +62,7 @@ def test_kept_summaries_read_group_by_group_keep_few_and_never_thrash(
     runs = tmp_path / "runs"
     write_corpus(runs)
     want = reference(runs, sorted(runs.glob("*/events.jsonl")))
-    monkeypatch.setattr(ingest_module, "ROW_GROUP_ROWS", 2)
+    monkeypatch.setattr(ingest_writers, "ROW_GROUP_ROWS", 2)
     out = tables.ingest(runs, workers=1).out
     kept = tables.KeptSummaries(out)
     groups = len(kept._starts)

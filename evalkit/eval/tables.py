@@ -514,7 +514,7 @@ def summaries_via_duckdb(root: Path, events_files: Sequence[Path], *,
         for path in events_files:
             path = Path(path)
             try:
-                content, nbytes = ing._read_text(os.fspath(path), required=True)
+                content, nbytes = ing.read_text(os.fspath(path), required=True)
             except EvalkitError:
                 continue  # left out: the caller reports it as "no stream"
             batch.append((_relative(path, root), content))

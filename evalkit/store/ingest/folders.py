@@ -1,0 +1,187 @@
+"""Finding run directories under a root, and reading their files.
+
+The walk is lazy, so converting starts while the rest are still being found;
+reading uses plain ``os`` calls, since at four files a run the system calls
+are much of what ingest costs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from evalkit.errors import EvalkitError
+from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE
+
+
+def discover(root: Path, skip: Path | None = None) -> list[Path]:
+    """Every run directory under ``root`` (one holding events.jsonl), in path order.
+
+    ``skip`` (a dataset folder) and its temporary siblings are not descended into.
+    """
+    return [Path(run) for run in walk(root, skip)]
+
+
+class _Own:
+    """The dataset being written (``skip``) and its temporary siblings: neither runs nor
+    mission folders, wherever ingest looks."""
+
+    def __init__(self, skip: Path | None) -> None:
+        self.name = skip.name if skip is not None else None
+        self.parent = os.path.dirname(os.path.realpath(skip)) if skip is not None else None
+
+    def holds(self, folder: str, name: str) -> bool:
+        """Whether ``name`` in ``folder`` is the dataset or one of its temporary siblings."""
+        return (self.name is not None
+                and (name == self.name or name.startswith(f".{self.name}."))
+                and os.path.realpath(folder) == self.parent)
+
+
+def walk(root: Path, skip: Path | None = None) -> Iterator[str]:
+    """``discover``, lazily: each run directory as it is found, in component-wise path
+    order (sorted(Path) order: a directory's subdirectories by name, a run before
+    the runs inside it). Ingest converts the first runs while the rest are still to
+    be found: listing 100k run directories takes seconds here, all of it system calls.
+    """
+    own = _Own(skip)
+    stack: list[Iterator[str]] = [iter([os.fspath(root)])]
+    while stack:
+        here = next(stack[-1], None)
+        if here is None:
+            stack.pop()
+            continue
+        try:
+            with os.scandir(here) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        run = False
+        below = []
+        for entry in entries:
+            if entry.name == EVENTS_FILE and entry.is_file():
+                run = True
+            elif entry.is_dir(follow_symlinks=False) and not own.holds(here, entry.name):
+                below.append(entry.name)
+        if run:
+            yield here
+        if below:
+            below.sort()
+            stack.append(iter([os.path.join(here, name) for name in below]))
+
+
+def _read(path: str, *, required: bool = False) -> bytes | None:
+    """A file's bytes; None when it is absent.
+
+    Plain ``os`` calls: ``open()`` adds a file object and three system calls per
+    file (isatty, seek, a second fstat), a fifth of the reading at 4 files a run.
+    One read of a byte more than the size usually ends it: falling short by exactly
+    that byte shows the end was reached, with no further read to find it.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return _absent(path, required)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    try:
+        size = os.fstat(fd).st_size
+        chunks = [os.read(fd, size + 1)]
+        if len(chunks[0]) == size:  # the byte past the size was not there: end of file
+            return chunks[0]
+        while chunks[-1]:  # until end of file, however the size changed meanwhile
+            chunks.append(os.read(fd, 1 << 20))
+        return b"".join(chunks) if len(chunks) > 2 else chunks[0]
+    except IsADirectoryError:
+        return _absent(path, required)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _absent(path: str, required: bool) -> None:
+    if required:
+        raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
+    return None
+
+
+def _unreadable(path: str, exc: OSError) -> EvalkitError:
+    return EvalkitError(f"cannot read {path}: {exc.strerror or exc}")
+
+
+def read_text(path: str, *, required: bool = False) -> tuple[str | None, int]:
+    """(a file's text decoded as ``reader.read_events_file`` decodes it, its size in bytes);
+    (None, 0) when it is absent."""
+    data = _read(path, required=required)
+    if data is None:
+        return None, 0
+    return data.decode("utf-8", "replace"), len(data)
+
+
+@dataclass
+class Batch:
+    """The files of a run of consecutive run directories, read and decoded."""
+
+    runs: list[str]  # run directory relative to root, POSIX ("." for root itself)
+    events: list[str]
+    models: list[str | None]
+    tools: list[str | None]
+    metas: list[str | None]
+    nbytes: int
+
+    def rel(self, name: str) -> list[str]:
+        return [name if run == "." else f"{run}/{name}" for run in self.runs]
+
+
+def load_batch(root: Path, dirs: list[str]) -> Batch:
+    """Read the files of run directories (paths as ``walk`` gives them)."""
+    top = os.fspath(root)
+    runs, events, models, tools, metas = [], [], [], [], []
+    nbytes = 0
+    for base in dirs:
+        # Path(base).relative_to(root).as_posix(), for a path that starts with root's.
+        runs.append(base[len(top):].lstrip(os.sep).replace(os.sep, "/") or ".")
+        texts = [read_text(os.path.join(base, EVENTS_FILE), required=True)] + [
+            read_text(os.path.join(base, name)) for name in (MODEL_FILE, TOOLS_FILE, META_FILE)
+        ]
+        nbytes += sum(size for _, size in texts[:3])
+        for bucket, (value, _) in zip((events, models, tools, metas), texts, strict=True):
+            bucket.append(value)
+    return Batch(runs, events, models, tools, metas, nbytes)
+
+
+class Streams:
+    """Which names directly under the root hold a stream where ``score --runs`` looks for
+    one (its own events file, or one a level or two below), noted as the walk finds runs;
+    the others are listed in the manifest, so scoring from the dataset words them alike."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._prefix = os.path.join(os.fspath(root), "")
+        self._names: set[str] = set()
+
+    def note(self, runs: Iterator[str]) -> Iterator[str]:
+        prefix, names = self._prefix, self._names
+        for run in runs:
+            if run.startswith(prefix):
+                parts = run[len(prefix):].split(os.sep, 3)
+                if len(parts) <= 3:
+                    names.add(parts[0])
+            yield run
+
+    def without(self, skip: Path) -> list[str]:
+        """The names of what is under the root and holds no such stream, sorted.
+
+        Files are left out (``score --runs`` reads one as an events file), and so are
+        symbolic links (the walk does not follow them), and the dataset itself.
+        """
+        own, root = _Own(skip), os.fspath(self.root)
+        try:
+            with os.scandir(root) as listing:
+                return sorted(entry.name for entry in listing
+                              if entry.name not in self._names and not entry.is_symlink()
+                              and not entry.is_file() and not own.holds(root, entry.name))
+        except OSError:
+            return []
