@@ -156,6 +156,22 @@ def test_a_compact_suite_fans_out_too(corpus: Path, tmp_path: Path) -> None:
     assert _fanned(compact, corpus / "dataset.parquet", "all", 2) == want
 
 
+@pytest.mark.parametrize("given", ["folder", "file"])
+def test_a_suite_without_a_name_is_named_alike_on_both_paths(corpus: Path, tmp_path: Path,
+                                                             given: str) -> None:
+    """The file stem for a file, the folder's name for a folder: each path names it so."""
+    data = json.loads((corpus / "suite.yaml").read_text())
+    del data["name"]
+    pack = tmp_path / "unnamed-pack"
+    pack.mkdir()
+    (pack / "missions.json").write_text(json.dumps(data))
+    suite = pack if given == "folder" else pack / "missions.json"
+    want = _serial(suite, corpus / "dataset.parquet", "all")
+    assert _fanned(suite, corpus / "dataset.parquet", "all", 2) == want
+    name = "unnamed-pack" if given == "folder" else "missions"
+    assert json.loads(want[0])["suite"] == name
+
+
 def test_a_cut_that_lands_inside_a_string_is_refused(corpus: Path, tmp_path: Path) -> None:
     def trap(data: dict) -> None:  # "}, {" inside prompts, all over the text
         for m in data["missions"]:
@@ -217,6 +233,19 @@ def test_nothing_to_score_is_said_the_same_way(corpus: Path, tmp_path: Path,
     assert fanned.output == usual.output
     assert "nothing to score: no mission of suite" in fanned.output
     assert "Traceback" not in fanned.output
+
+
+def test_runs_that_all_died_before_a_line_are_scored_alike(corpus: Path, tmp_path: Path) -> None:
+    """Mission folders with no stream in any: every mission missing on both paths."""
+    suite = corpus / "suite.yaml"
+    runs = tmp_path / "runs"
+    for m in json.loads(suite.read_text())["missions"][:5]:
+        (runs / m["key"]).mkdir(parents=True)
+    want = _serial(suite, runs, "all")
+    assert _fanned(suite, runs, "all", 2) == want
+    verdicts = json.loads(want[0])["verdicts"]
+    assert sum(v["reasons"][0].startswith("no stream") for v in verdicts) == 5
+    assert all(v["missing"] for v in verdicts)
 
 
 # -- cutting -------------------------------------------------------------------------

@@ -108,6 +108,20 @@ def test_map_scores_from_explicit_paths(suite_and_runs, tmp_path):
     assert sum(not v["missing"] for v in verdicts) == 1 and only_map.exit_code == 1
 
 
+def test_a_map_entry_for_the_other_half_is_left_unused(suite_and_runs, tmp_path):
+    """One list of --map entries serves either half: t0 is a train mission, so scoring
+    the test half neither refuses its entry nor reads it."""
+    suite, runs = suite_and_runs
+    failing = write_stream(tmp_path / "x.jsonl", [started(), step(1), answer("nope"), finished()])
+    plain = invoke("score", "--suite", str(suite), "--runs", str(runs), "--split", "test", "--json")
+    mapped = invoke("score", "--suite", str(suite), "--runs", str(runs), "--split", "test",
+                    "--map", f"t0={failing}", "--json")
+    assert (mapped.exit_code, mapped.stdout) == (plain.exit_code, plain.stdout) == (0, plain.stdout)
+    train = invoke("score", "--suite", str(suite), "--runs", str(runs), "--split", "train",
+                   "--map", f"t0={failing}", "--json")
+    assert train.exit_code == 1  # the entry is read where its mission is scored
+
+
 @pytest.mark.parametrize("args, message", [
     (["--map", "t0"], "bad --map 't0': write it as KEY=PATH"),
     (["--map", "nobody=x"], "bad --map: the suite has no mission 'nobody'"),
@@ -128,6 +142,25 @@ def test_an_empty_runs_folder_is_nothing_to_score(suite_and_runs, tmp_path):
     (tmp_path / "empty").mkdir()
     result = invoke("score", "--suite", str(suite), "--runs", str(tmp_path / "empty"))
     assert result.exit_code == 2 and "nothing to score" in result.stderr
+
+
+def test_runs_that_all_died_before_a_line_are_scored_as_missing_not_refused(tmp_path):
+    """Every mission folder is there and none holds a stream (each spawn died at once):
+    that is a result, every mission missing, exit 1; not "nothing to score"."""
+    suite = write_suite(tmp_path / "suite.yaml", [mission(f"t{i}", split="train")
+                                                  for i in range(3)], flags=["chaining"])
+    runs = tmp_path / "runs"
+    for i in range(3):
+        (runs / f"t{i}").mkdir(parents=True)
+    (runs / "t0" / "stderr.txt").write_text("connection refused\n")
+    invoke("ingest", str(runs), "--out", str(tmp_path / "ds"))
+    for source in (["--runs", str(runs)], ["--dataset", str(tmp_path / "ds")]):
+        result = invoke("score", "--suite", str(suite), *source, "--split", "train", "--json")
+        assert result.exit_code == 1, (source, result.output)
+        report = json.loads(result.stdout)
+        assert [v["missing"] for v in report["verdicts"]] == [True] * 3
+        assert all(v["reasons"][0].startswith("no stream") for v in report["verdicts"])
+        assert report["halves"]["train"]["totals"]["missing"] == 3
 
 
 def test_a_half_with_no_mission_is_nothing_to_score_from_either_source(tmp_path):

@@ -46,7 +46,7 @@ from evalkit.eval.score import (
     runs_where,
     tally_halves,
 )
-from evalkit.eval.suite import _FAST_PATH_FROM, Mission, _suite_file
+from evalkit.eval.suite import _FAST_PATH_FROM, Mission, _suite_file, default_name
 from evalkit.eval.verdict import Verdict, judge
 from evalkit.report.markdown import (
     HalfLines,
@@ -76,7 +76,7 @@ class _Share:
     totals: HalfTotals
     passed: bool
     judged: int
-    #: Missions whose stream was found (none at all: nothing to score).
+    #: Missions with anything where their run would be (none at all: nothing to score).
     found: int
     #: Its verdicts as the report's JSON holds them (None: none), and per half its
     #: markdown table rows and why-they-failed lines (None: none), each in a file.
@@ -98,10 +98,11 @@ class _FromDataset:
         self.bare = without_stream(dataset)
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
-        """The mission's verdict, and whether its run was found."""
+        """The mission's verdict, and whether anything was where its run would be."""
         rel = resolve_relative(m.key, self.under.get(m.key, ()))  # as score._score_dataset
         if rel is None:
-            return judge(m, None, missing=missing_from_dataset(m.key, self.bare)), False
+            return (judge(m, None, missing=missing_from_dataset(m.key, self.bare)),
+                    m.key in self.bare)
         return judge(m, self.kept.get(rel), source=rel), True
 
 
@@ -114,7 +115,7 @@ class _FromRuns:
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         loc = locate_under(m.key, self.runs)
-        return judged(m, loc, fold(loc)), loc.events is not None
+        return judged(m, loc, fold(loc)), loc.there
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
         data = file.read_bytes()
     except (EvalkitError, OSError, ValueError, *_arrow_errors()):
         return None  # the usual path words it (a damaged table: it reads the events)
-    pieces = suite_pieces.cut(file, data, workers)
+    pieces = suite_pieces.cut(file, data, workers, default_name(Path(suite_path)))
     del data  # the pieces hold it (less any BOM)
     if pieces is None:
         return None

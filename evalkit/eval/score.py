@@ -20,7 +20,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.eval.summary import RunSummary, pack, summarize, unpack
-from evalkit.eval.verdict import Verdict, judge
+from evalkit.eval.verdict import NOT_RUN, Verdict, judge
 from evalkit.store.layout import no_stream, resolve_events, resolve_relative
 from evalkit.store.reader import read_events_file
 
@@ -41,6 +41,13 @@ class Located:
     events: Path | None
     source: str | None
     missing: str | None = None
+
+    @property
+    def there(self) -> bool:
+        """Whether anything stood where the run would be: a stream, or a folder without one
+        (a run that died before writing a line is scored, as missing; only a source
+        where no mission has anything at all is "nothing to score")."""
+        return self.events is not None or self.missing != NOT_RUN
 
 
 @dataclass
@@ -209,10 +216,6 @@ def _targets(missions: list[Mission], runs: Path | None,
     if runs is not None and not runs.is_dir():
         what = "is not a folder" if runs.exists() else "does not exist"
         raise EvalkitError(f"--runs {runs} {what}")
-    keys = {m.key for m in missions}
-    for key in mapping:
-        if key not in keys:
-            raise EvalkitError(f"bad --map: the suite has no mission {key!r} in this split")
     targets = []
     for m in missions:
         if m.key in mapping:
@@ -227,11 +230,11 @@ def _targets(missions: list[Mission], runs: Path | None,
 def _locate(target: _Target) -> Located:
     key, label, base = target.key, target.label, target.base
     if target.path is None:
-        return Located(key, None, None, "not run")
+        return Located(key, None, None, NOT_RUN)
     events = resolve_events(target.path)
     if events is None:
         if not os.path.exists(target.path):
-            return Located(key, None, label, "not run")
+            return Located(key, None, label, NOT_RUN)
         return Located(key, None, label, no_stream(label or target.path.name))
     if label is None and base is not None:
         label = _relative_posix(events, base)
@@ -366,7 +369,7 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     if dataset is not None:
         return _score_dataset(suite, missions, Path(dataset), split)
     runs_path = Path(runs) if runs is not None else None
-    targets = _targets(missions, runs_path, mapping or {})
+    targets = _targets(missions, runs_path, _known(suite, mapping or {}))
     chosen = engine if engine != "auto" else (
         "duckdb" if DUCKDB_FROM is not None and len(targets) >= DUCKDB_FROM else "python")
     if chosen == "duckdb":
@@ -381,13 +384,24 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     return ScoreReport(suite.name, split, chosen, verdicts)
 
 
+def _known(suite: Suite, mapping: Mapping[str, str | Path]) -> Mapping[str, str | Path]:
+    """``mapping``, once every key is checked to name a mission of the suite. An entry
+    for a mission of the other half is left unused, not refused: one list of
+    ``--map`` entries serves ``--split train`` and ``--split test`` alike."""
+    keys = {m.key for m in suite.missions}
+    for key in mapping:
+        if key not in keys:
+            raise EvalkitError(f"bad --map: the suite has no mission {key!r}")
+    return mapping
+
+
 def _require_a_stream(located: list[Located], suite: Suite, runs: Path | None) -> None:
-    if not any(loc.events is not None for loc in located):
+    if not any(loc.there for loc in located):
         raise nothing_to_score(suite.name, runs_where(runs))
 
 
 def runs_where(runs: Path | None) -> str:
-    return f"has a stream under {runs}" if runs is not None else "has a stream in the --map entries"
+    return f"has a run under {runs}" if runs is not None else "has a run at its --map path"
 
 
 def dataset_where(dataset: Path) -> str:
@@ -395,7 +409,8 @@ def dataset_where(dataset: Path) -> str:
 
 
 def nothing_to_score(suite: str, where: str) -> EvalkitError:
-    """The error when no mission of the half scored has a stream (``where``: ``*_where``)."""
+    """The error when no mission of the half scored has anything where its run would be
+    (``where``: ``*_where``)."""
     return EvalkitError(f"nothing to score: no mission of suite '{suite}' {where}")
 
 
@@ -405,7 +420,7 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     by_path = tables.summaries_from_dataset(dataset)
     bare = tables.without_stream(dataset)
     under = tables.by_mission_folder(by_path)
-    verdicts = []
+    verdicts, there = [], False
     # A summary is let go once its last mission is judged: at 100k runs that
     # is a tenth of peak memory. (A key twice in a suite, which check reports,
     # is judged twice from the same summary.)
@@ -413,12 +428,13 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     for m in missions:
         rel = resolve_relative(m.key, under.get(m.key, ()))
         uses[m.key] -= 1
+        there = there or rel is not None or m.key in bare
         if rel is None:
             verdicts.append(judge(m, None, missing=missing_from_dataset(m.key, bare)))
         else:
             summary = by_path[rel] if uses[m.key] else by_path.pop(rel)
             verdicts.append(judge(m, summary, source=rel))
-    if all(v.missing for v in verdicts):  # as from a runs folder: none at all is none
+    if not there:  # as from a runs folder
         raise nothing_to_score(suite.name, dataset_where(dataset))
     return ScoreReport(suite.name, split, "duckdb", verdicts)
 
@@ -426,7 +442,7 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
 def missing_from_dataset(key: str, without_stream: frozenset[str]) -> str:
     """Why a mission has no run in a dataset, worded as ``--runs`` words it
     (``without_stream``: the folders ingest found with no stream in them)."""
-    return no_stream(key) if key in without_stream else "not run"
+    return no_stream(key) if key in without_stream else NOT_RUN
 
 
 def parse_map(entries: Iterable[str]) -> dict[str, str]:

@@ -234,21 +234,28 @@ class Loaded:
 def load_suite(path: str | Path) -> Suite:
     """Read a suite file (or a directory holding one); raise ``SuiteError`` if it is not one."""
     with collector_paused():
-        return _load(_suite_file(Path(path)))
+        return _load(_suite_file(Path(path)), default_name(Path(path)))
 
 
-def _load(file: Path) -> Suite:
+def default_name(given: Path) -> str:
+    """A suite's name when it gives none: the file stem, as the spec says (so
+    ``pack/missions.yaml`` is ``missions``); for a folder given as the suite
+    (evalkit's addition), the folder's name."""
+    return given.resolve().name if given.is_dir() else given.stem
+
+
+def _load(file: Path, name: str) -> Suite:
     text = _read_text(file)
     fast = _json_fast_path(text) if len(text) > _FAST_PATH_FROM else None
     if fast is not None:
         # Machine-written JSON suites can be large: build without the YAML node
         # tree (missions then carry no line), and compose it only on a problem.
         try:
-            return _Builder(file, _Tree()).suite(fast)
+            return _Builder(file, _Tree(), name).suite(fast)
         except SuiteError:
             pass
     data, tree = _parse(file, text)
-    return _Builder(file, tree).suite(data)
+    return _Builder(file, tree, name).suite(data)
 
 
 #: Above this many characters a JSON suite is built without its node tree.
@@ -476,8 +483,9 @@ def _plain_date(value: Any) -> Any:
 class _Builder:
     """Turns parsed data into a Suite, collecting every problem before raising."""
 
-    def __init__(self, path: Path, tree: _Tree) -> None:
+    def __init__(self, path: Path, tree: _Tree, default_name: str) -> None:
         self.path = path
+        self.default_name = default_name
         self.root = tree.root
         self.repeated = tree.repeated
         self.problems: list[str] = []
@@ -612,7 +620,7 @@ class _Builder:
 
     def new_suite(self, fields: dict[str, Any], extras: dict[str, Any]) -> Suite:
         return Suite(
-            name=fields.get("name", _default_name(self.path)),
+            name=fields.get("name", self.default_name),
             path=self.path,
             missions=fields["missions"],
             tools=fields.get("tools"),
@@ -760,14 +768,7 @@ def _plain_mission(raw: dict[Any, Any]) -> dict[str, Any] | None:
     return state
 
 
-def _default_name(path: Path) -> str:
-    """The file stem; for a pack's missions.yaml or suite.yaml, its folder's name."""
-    if path.stem in ("missions", "suite"):
-        return path.resolve().parent.name or path.stem
-    return path.stem
-
-
 __all__ = [
     "CAPABILITIES", "SPLITS", "SUITE_FILES", "MISSION_FIELDS", "SUITE_FIELDS", "EXTRA_FIELDS",
-    "Mission", "Suite", "SuiteError", "load_suite",
+    "Mission", "Suite", "SuiteError", "default_name", "load_suite",
 ]

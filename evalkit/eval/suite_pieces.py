@@ -46,6 +46,8 @@ class Pieces:
     data: bytes
     fields: dict[str, Any]
     spans: tuple[tuple[int, int], ...]
+    #: The suite's name if it gives none (``suite.default_name`` of what was given).
+    default_name: str
 
 
 class _Repeated(ValueError):
@@ -67,8 +69,10 @@ def _loads(data: bytes) -> Any | None:
         return None
 
 
-def cut(path: Path, data: bytes, parts: int) -> Pieces | None:
-    """The suite file's bytes cut into at most ``parts`` runs of missions, or None."""
+def cut(path: Path, data: bytes, parts: int, default_name: str | None = None) -> Pieces | None:
+    """The suite file's bytes cut into at most ``parts`` runs of missions, or None.
+
+    ``default_name`` names a suite that gives no name (default: the file stem)."""
     data = data.removeprefix(codecs.BOM_UTF8)
     if not _OPENS.match(data) or b"\0" in data:
         return None
@@ -87,7 +91,8 @@ def cut(path: Path, data: bytes, parts: int) -> Pieces | None:
     if fields is None or "missions" in fields or fields.keys() & head.keys():
         return None
     del head["missions"]
-    return Pieces(path, data, {**head, **fields}, tuple(_split(data, start, end, parts)))
+    return Pieces(path, data, {**head, **fields}, tuple(_split(data, start, end, parts)),
+                  path.stem if default_name is None else default_name)
 
 
 def _split(data: bytes, start: int, end: int, parts: int) -> list[tuple[int, int]]:
@@ -130,7 +135,7 @@ def missions(pieces: Pieces, index: int, chunk_chars: int = 2**21) -> Iterator[t
         raw = _loads(b"[" + pieces.data[begin:stop] + b"]")
         if not isinstance(raw, list):
             raise Odd
-        builder = _Builder(pieces.path, _Tree())
+        builder = _Builder(pieces.path, _Tree(), pieces.default_name)
         built = builder.missions(raw)
         if builder.problems:
             raise Odd
@@ -140,7 +145,7 @@ def missions(pieces: Pieces, index: int, chunk_chars: int = 2**21) -> Iterator[t
 def build_fields(pieces: Pieces) -> Suite | None:
     """The suite's own fields, without missions (for its name and the suite-wide rules)."""
     try:
-        return _Builder(pieces.path, _Tree()).suite({**pieces.fields, "missions": []})
+        return _Builder(pieces.path, _Tree(), pieces.default_name).suite({**pieces.fields, "missions": []})
     except SuiteError:
         return None
 

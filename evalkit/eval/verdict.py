@@ -61,6 +61,10 @@ class Verdict:
         return out
 
 
+#: The reason of a mission with nothing at all where its run would be.
+NOT_RUN = "not run"
+
+
 def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = None,
           missing: str | None = None) -> Verdict:
     """The verdict for one mission given its run's summary.
@@ -69,7 +73,7 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
     (``not run`` for a declared mission with no run directory at all).
     """
     if summary is None:
-        reason = missing or "not run"
+        reason = missing or NOT_RUN
         return _verdict(mission, [("missing", reason)], missing=True, kpis=empty_kpis(),
                         source=source)
     if summary.records == 0:
