@@ -230,20 +230,20 @@ def test_score_does_not_import_heavy_modules():
 
 def test_a_report_written_half_way_leaves_the_last_one_whole(suite_and_runs, tmp_path,
                                                               monkeypatch):
-    from evalkit.report import markdown
+    from evalkit.store import replace
 
     suite, runs = suite_and_runs
     report = tmp_path / "report"
     assert invoke("score", "--suite", str(suite), "--runs", str(runs), "--report",
                   str(report)).exit_code == 0
     before = {name: (report / name).read_bytes() for name in ("report.json", "report.md")}
-    written = markdown.write_parts
+    written = replace.write_parts
 
     def disk_fills_half_way(stream, parts):
         written(stream, [bytes(part)[:10] for part in parts])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(markdown, "write_parts", disk_fills_half_way)
+    monkeypatch.setattr(replace, "write_parts", disk_fills_half_way)
     result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--report", str(report))
     assert result.exit_code == 2
     assert "cannot write the report" in result.stderr and "No space left" in result.stderr

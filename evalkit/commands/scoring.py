@@ -56,9 +56,9 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
         Rendered,
         to_json_bytes,
         to_markdown,
-        write_parts,
         write_rendered,
     )
+    from evalkit.store.replace import write_parts
 
     if runs is None and not mapping and dataset is None:
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")

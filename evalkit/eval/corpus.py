@@ -37,6 +37,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.eval.score import score
 from evalkit.eval.suite import SUITE_FILES, Suite, load_suite
+from evalkit.store.replace import replace_file
 
 GOOD = "good"
 DEFAULT_OUT = "recordings"
@@ -193,7 +194,7 @@ def record_corpus(out: Path, *, write: ReportWriter, suites_dir: Path = Path(DEF
         for stale in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in recorded):
             warn(f"note: {stale.name} is no longer a shipped suite; removed from {out}")
             shutil.rmtree(stale)
-    (out / README).write_text(readme(out), encoding="utf-8")
+    replace_file(out / README, readme(out))
     corpus.seconds = time.monotonic() - t0
     return corpus
 
@@ -282,8 +283,8 @@ def tidy(dest: Path, root: Path) -> None:
         command = mission / "command.json"
         if command.is_file():
             data = json.loads(command.read_text(encoding="utf-8"))
-            command.write_text(json.dumps(relativise(data, root), indent=2, ensure_ascii=False)
-                               + "\n", encoding="utf-8")
+            replace_file(command, json.dumps(relativise(data, root), indent=2,
+                                             ensure_ascii=False) + "\n")
 
 
 def relativise(value: Any, root: Path) -> Any:

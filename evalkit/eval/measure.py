@@ -58,6 +58,7 @@ from evalkit.eval.runner import (
 )
 from evalkit.eval.score import missions_in
 from evalkit.eval.suite import SPLITS, Mission, Suite, load_suite
+from evalkit.store.replace import replace_file
 
 MATRIX_FORMAT = "evalkit-matrix"
 MATRIX_VERSION = 1
@@ -220,7 +221,7 @@ def _plan_rows(suite: Suite, rows: Sequence[Row], agent: Agent, out: Path,
         else:
             folder = out / row.name
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "skill.md").write_text(derived, encoding="utf-8")
+            replace_file(folder / "skill.md", derived)
             plan.skill = f"{row.name}/skill.md"
             plan.agent = agent.with_skill((folder / "skill.md").resolve())
         plans.append(plan)
@@ -445,7 +446,7 @@ def assemble(suite: Suite, out: Path, provenance: dict[str, Any], rows: list[dic
               "baseline": BASELINE, "rows": rows,
               "statistics": statistics(outcomes, _halves(missions))}
     write_json(out / "matrix.json", matrix)
-    (out / "matrix.md").write_text(to_markdown(matrix), encoding="utf-8")
+    replace_file(out / "matrix.md", to_markdown(matrix))
     return matrix
 
 

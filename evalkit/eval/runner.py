@@ -49,6 +49,7 @@ from evalkit.eval.check import check_suite
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite, load_suite
 from evalkit.redact import REDACTED, Redactor
+from evalkit.store.replace import replace_file
 
 EXECUTORS = ("local", "ray")
 DEFAULT_TIMEOUT_S = 600.0
@@ -246,8 +247,8 @@ def run_mission(job: Job) -> dict[str, Any]:
     _scrub(out / "stdout.txt", job.secrets)
     _scrub(out / "stderr.txt", job.secrets)
     capture["events_bytes"] = (out / "events.jsonl").stat().st_size
-    (out / taxonomy.CAPTURE_FILE).write_text(
-        json.dumps(capture, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    replace_file(out / taxonomy.CAPTURE_FILE, json.dumps(capture, indent=2, ensure_ascii=False)
+                 + "\n")
     return capture
 
 
@@ -316,7 +317,7 @@ def _scrub(path: Path, secrets: Sequence[str]) -> None:
     text = raw.decode("utf-8", errors="replace")
     clean = Redactor(extra_values=secrets).redact(text)
     if clean != text:
-        path.write_text(clean, encoding="utf-8")
+        replace_file(path, clean)
 
 
 def refusal(capture: dict[str, Any], folder: Path) -> str | None:
@@ -674,8 +675,7 @@ ReportWriter = Callable[[dict[str, Any], Path], None]
 
 def write_json(path: Path, data: Any) -> None:
     """Provenance files: the same JSON style as the reports."""
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
-                    encoding="utf-8")
+    replace_file(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def score_folder(suite: Suite, folder: Path, split: str,

@@ -7,19 +7,15 @@ the same runs give the same bytes and a report can be committed and diffed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import orjson
 
 from evalkit.errors import EvalkitError
-
-#: A piece of a rendered report: bytes, or a file whose bytes go there (a fan-out's
-#: workers write their verdicts to files, so a million of them are never all in memory).
-Part = bytes | memoryview | Path
+from evalkit.store.replace import Part, replace_file
 
 
 @dataclass
@@ -48,31 +44,13 @@ class Rendered:
         return _joined(self.markdown or []).decode("utf-8")
 
 
-def write_parts(stream: BinaryIO, parts: list[Part]) -> None:
-    """Write the parts one after another; a file part is copied a megabyte at a time."""
-    for part in parts:
-        if isinstance(part, Path):
-            with open(part, "rb") as source:
-                shutil.copyfileobj(source, stream, 2**20)
-        else:
-            stream.write(part)
-
-
 def write_file(path: Path, parts: list[Part]) -> Path:
-    """Write the parts to ``path`` through a temporary sibling renamed over it.
+    """Write the parts to ``path``, replacing it whole.
 
     A reader, or a score killed half way through a report of a million
     verdicts, never finds half a report where a whole one was.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), "wb") as out:
-            write_parts(out, parts)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return replace_file(path, parts)
 
 
 def _joined(parts: list[Part]) -> bytes:

@@ -28,6 +28,7 @@ from typing import Any
 
 from evalkit.errors import EvalkitError
 from evalkit.store import layout
+from evalkit.store.replace import replace_file
 
 REGRADE_FORMAT = "evalkit-regrade"
 REGRADE_VERSION = 1
@@ -131,8 +132,7 @@ def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | 
     started = time.monotonic()
     rows = list(_fan_out(tasks, workers, on_done))
     report = _report(source, out, skills, workers, rows, time.monotonic() - started)
-    (out / REPORT_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
-                                   encoding="utf-8")
+    replace_file(out / REPORT_FILE, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report
 
 

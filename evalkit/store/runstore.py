@@ -24,7 +24,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.redact import redact_obj
 from evalkit.store import layout
+from evalkit.store.replace import replace_file
 from evalkit.store.sink import encode_line
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -265,29 +265,6 @@ def _take_lock(path: Path, run_id: str) -> int:
     return fd
 
 
-def replace_atomically(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync, rename over it, fsync the dir."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        try:
-            os.write(fd, data)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    if not fsync:
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY | _CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 class RunWriter:
     """The one writer of a run directory; holds its lock until ``close``.
 
@@ -380,8 +357,8 @@ class RunWriter:
             meta = dict(self._meta, updated_at=now, last_seq=self._seq)
             meta["meta"] = {**self._meta["meta"], **scrubbed}
             try:
-                replace_atomically(self.path / layout.META_FILE, encode_line(meta),
-                                    fsync=self._durable)
+                replace_file(self.path / layout.META_FILE, encode_line(meta),
+                             fsync=self._durable)
             except OSError as exc:
                 raise EvalkitError(
                     f"cannot write {self.path / layout.META_FILE}: {exc.strerror or exc}."

@@ -79,3 +79,22 @@ def test_stop_all_winds_up_every_running_agent(tmp_path: Path) -> None:
     worker.join(15)
     assert not worker.is_alive()
     assert got[0]["timed_out"] is False and got[0]["exit_code"] < 0
+
+
+def test_a_disk_that_fills_while_scrubbing_leaves_what_the_agent_printed_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from evalkit.eval.runner import run_mission
+    from tests._disk import fills_on, leftovers
+
+    said = "the key is k-s3cret-123456, and a long line after it\n" * 50
+    agent = Job(key="k", objective="o", spawn=(sys.executable, "-c",
+                                               f"import sys; sys.stdout.write({said!r})"),
+                flags=(), out=str(tmp_path / "k"), timeout_s=60, cwd=str(tmp_path),
+                secrets=("k-s3cret-123456",))
+    fills_on(monkeypatch, "stdout.txt")
+    with pytest.raises(OSError, match="No space left"):
+        run_mission(agent)
+    assert (tmp_path / "k" / "stdout.txt").read_text() == said  # not scrubbed, but not lost
+    assert leftovers(tmp_path / "k") == []

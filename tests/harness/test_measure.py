@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from evalkit.errors import EvalkitError
-from evalkit.eval.measure import MATRIX, derive_manifest, select, split_manifest
+from evalkit.eval.measure import MATRIX, assemble, derive_manifest, select, split_manifest
+from evalkit.eval.suite import load_suite
+from tests._disk import fills_on, leftovers
 from tests.harness.conftest import FOREIGN, STUB_SUITE, foreign_suite, invoke, read_json
 
 T, F = True, False
@@ -262,3 +264,20 @@ def test_measure_over_the_built_in_runtime_and_scripted_agents(
     assert native["vs_baseline"]["p_value"] == 0.25
     assert native["vs_baseline"]["verdict"] == "no detectable difference"
     assert "grounding" not in split_manifest((out / "direct" / "skill.md").read_text())[0]
+
+
+@pytest.mark.parametrize("name", ["matrix.json", "matrix.md"])
+def test_a_matrix_rewritten_onto_a_full_disk_is_left_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    suite = load_suite(foreign_suite(tmp_path / "sums.yaml"))
+    out = tmp_path / "matrix"
+    out.mkdir()
+    provenance = {"suite": "sums", "repeat": 1, "split": "all", "date": "then"}
+    assemble(suite, out, provenance, [], "all", write=lambda report, folder: None)
+    before = (out / name).read_bytes()
+    fills_on(monkeypatch, name)
+    with pytest.raises(OSError, match="No space left"):
+        assemble(suite, out, {**provenance, "date": "now", "rescored": "now"}, [], "all",
+                 write=lambda report, folder: None)
+    assert (out / name).read_bytes() == before
+    assert leftovers(out) == []

@@ -14,6 +14,7 @@ from evalkit.cli import main
 from evalkit.errors import EvalkitError
 from evalkit.runtime.mission import MissionSettings
 from evalkit.runtime.regrade import destination, find_runs, regrade
+from tests._disk import fills_on, leftovers
 from tests.replay.conftest import STUB, Lab, answer, call, digest, read_jsonl, without_ids
 
 SUITE = """\
@@ -188,3 +189,14 @@ def test_destination_mirrors_the_relative_place() -> None:
     out = Path("/o")
     assert destination(out, Path("k/runs/run_20250101-000000-abcd")) == Path("/o/k/runs")
     assert destination(out, Path("k")) == Path("/o/k")
+
+
+def test_a_disk_that_fills_on_the_report_leaves_no_half_report_and_keeps_the_replays(
+        lab: Lab, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = lab.root / "full"
+    fills_on(monkeypatch, "regrade.json")
+    with pytest.raises(OSError, match="No space left"):
+        regrade(folder, out, jobs=1)
+    assert not (out / "regrade.json").exists()  # none, rather than half a one
+    assert leftovers(out) == []
+    assert len(find_runs(out)) == len(find_runs(folder))  # what was replayed stays

@@ -34,7 +34,8 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.redact import redact_obj
 from evalkit.runtime.governance.audit import beside_runs
-from evalkit.store.runstore import now_iso, replace_atomically
+from evalkit.store.replace import replace_file
+from evalkit.store.runstore import now_iso
 
 APPROVALS_ENV = "EVALKIT_APPROVALS"
 DEFAULT_APPROVALS_ROOT = Path(".evalkit") / "approvals"
@@ -137,7 +138,7 @@ class ApprovalStore:
         clean = redact_obj(record)
         text = json.dumps(clean, ensure_ascii=False, indent=2, sort_keys=False) + "\n"
         try:
-            replace_atomically(self.path_of(clean["id"]), text.encode("utf-8"))
+            replace_file(self.path_of(clean["id"]), text.encode("utf-8"), fsync=True)
         except OSError as exc:
             raise EvalkitError(f"cannot write approval {clean['id']}: {exc.strerror or exc}"
                                ) from None

@@ -1,0 +1,81 @@
+"""Files replaced whole: nothing already written is ever left half rewritten.
+
+Every file evalkit derives and rewrites (reports, ``regrade.json``, the
+matrix, a run's ``meta.json``, a capture's scrubbed ``stdout.txt``) goes
+through ``replace_file``. Written in place, a full disk, a ^C or a ``kill``
+half way through would leave half a file where a whole one was, and the
+whole one is gone. Written to a temporary sibling renamed over it, a reader
+sees the old file or the new one, never a mix, and a failed write takes
+only the temporary file with it.
+
+This module imports nothing of evalkit, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+#: A piece of a file's content: bytes, or a file whose bytes go there (a fan-out's
+#: workers write their verdicts to files, so a million of them are never all in memory).
+Part = bytes | memoryview | Path
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def write_parts(stream: BinaryIO, parts: Sequence[Part]) -> None:
+    """Write the parts one after another; a file part is copied a megabyte at a time."""
+    for part in parts:
+        if isinstance(part, Path):
+            with open(part, "rb") as source:
+                shutil.copyfileobj(source, stream, 2**20)
+        else:
+            stream.write(part)
+
+
+def replace_file(path: Path, content: str | bytes | memoryview | Sequence[Part], *,
+                 fsync: bool = False) -> Path:
+    """Make ``content`` (text is UTF-8) the whole of ``path``, or leave ``path`` as it was.
+
+    The temporary sibling is ``.NAME.PID.tmp``: hidden from globs such as
+    ``*.json``, and one per process and path, so concurrent processes never
+    share one (two threads of one process must not replace the same path at
+    once). Only a ``kill -9`` mid-write can leave it behind.
+
+    ``fsync`` makes the new content survive a power cut too (the file before
+    the rename, the folder after it): for a run's own record, at the cost of a
+    disk flush per call.
+    """
+    if isinstance(content, str):
+        parts: Sequence[Part] = [content.encode("utf-8")]
+    elif isinstance(content, (bytes, memoryview)):
+        parts = [content]
+    else:
+        parts = content
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb", opener=_create) as out:
+            write_parts(out, parts)
+            if fsync:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if fsync:
+        folder = os.open(path.parent, os.O_RDONLY | _CLOEXEC)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    return path
+
+
+def _create(path: str, flags: int) -> int:
+    """Mode 0o666 less the umask, like any file the user's own tools make: a report
+    or ``meta.json`` is read by people and programs other than its writer."""
+    return os.open(path, flags | _CLOEXEC, 0o666)
