@@ -230,7 +230,8 @@ def test_pack_and_unpack_keep_every_field() -> None:
     assert len(pack(summary)) == len(RunSummary.__dataclass_fields__)
 
 
-_SEGMENT = st.sampled_from(["k", "k2", "run_1", "events.jsonl", "x", "", "..", "k.events.jsonl"])
+_SEGMENT = st.sampled_from(["k", "k2", "run_1", "events.jsonl", "x", "", "..", "k.events.jsonl",
+                           ".partial", ".k"])
 
 
 @settings(max_examples=400, deadline=None)

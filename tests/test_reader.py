@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalkit.errors import EvalkitError
-from evalkit.store.layout import resolve_events
+from evalkit.store.layout import resolve_events, resolve_relative
 from evalkit.store.reader import parse_text, read_stream
 from tests._stream_builders import good_run, write_stream
 
@@ -66,6 +66,25 @@ def test_what_a_path_resolves_to(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "scandir", unlistable)
     assert resolve_events(tmp_path / "k") == stream
     assert resolve_events(tmp_path / "d") is None
+
+
+def test_a_hidden_folder_is_not_looked_in_as_a_glob_would_not(tmp_path):
+    """``*/events.jsonl`` in the spec is a glob, and ``*`` matches no hidden name: a
+    half-written ``.partial`` copy beside a run is not that run's stream."""
+    run = write_stream(tmp_path / "k" / "run_1" / "events.jsonl", good_run())
+    write_stream(tmp_path / "k" / ".partial" / "events.jsonl", good_run()[:2])
+    assert resolve_events(tmp_path / "k") == run
+    write_stream(tmp_path / "h" / ".partial" / "events.jsonl", good_run())
+    write_stream(tmp_path / "h" / "a" / ".b" / "events.jsonl", good_run())
+    assert resolve_events(tmp_path / "h") is None
+    own = write_stream(tmp_path / ".own" / "events.jsonl", good_run())
+    assert resolve_events(tmp_path / ".own") == own  # a path given is a path, hidden or not
+    for rels, found in ((["k/.partial/events.jsonl", "k/run_1/events.jsonl"],
+                         "k/run_1/events.jsonl"),
+                        (["k/.partial/events.jsonl"], None),
+                        (["k/a/.b/events.jsonl"], None)):
+        assert resolve_relative("k", rels) == found
+        assert resolve_relative("k", iter(rels)) == found
 
 
 def test_missing_path_and_empty_folder_are_one_sentence(tmp_path):

@@ -163,6 +163,26 @@ def test_runs_that_all_died_before_a_line_are_scored_as_missing_not_refused(tmp_
         assert report["halves"]["train"]["totals"]["missing"] == 3
 
 
+def test_a_hidden_copy_beside_a_run_is_passed_over_from_either_source(tmp_path):
+    """t0's stream is run_1, not the cut-off .partial beside it; t1 has only a hidden
+    copy, so no stream: the runs folder and its dataset say so alike."""
+    suite = write_suite(tmp_path / "suite.yaml", [mission(f"t{i}", split="train")
+                                                  for i in range(2)], flags=["chaining"])
+    runs = tmp_path / "runs"
+    write_stream(runs / "t0" / "run_1" / "events.jsonl", good_run())
+    for key in ("t0", "t1"):
+        write_stream(runs / key / ".partial" / "events.jsonl", good_run()[:2])
+    invoke("ingest", str(runs), "--out", str(tmp_path / "ds"))
+    reports = []
+    for source in (["--runs", str(runs)], ["--dataset", str(tmp_path / "ds")]):
+        result = invoke("score", "--suite", str(suite), *source, "--split", "train", "--json")
+        by_key = {v["key"]: v for v in json.loads(result.stdout)["verdicts"]}
+        assert by_key["t0"]["passed"] and by_key["t0"]["source"] == "t0/run_1/events.jsonl"
+        assert by_key["t1"]["missing"] and by_key["t1"]["reasons"][0].startswith("no stream")
+        reports.append([(v["key"], v["passed"], v["reasons"]) for v in by_key.values()])
+    assert reports[0] == reports[1]
+
+
 def test_a_half_with_no_mission_is_nothing_to_score_from_either_source(tmp_path):
     suite = write_suite(tmp_path / "suite.yaml", [mission(f"t{i}", split="train")
                                                   for i in range(3)], flags=["chaining"])

@@ -57,7 +57,8 @@ def resolve_events(path: Path) -> Path | None:
     """The events file a path stands for, or None when there is none.
 
     A file is itself. A directory is its own ``events.jsonl``, else the first
-    (sorted) ``*/events.jsonl`` below it, else the first ``*/*/events.jsonl``.
+    (sorted) ``*/events.jsonl`` below it, else the first ``*/*/events.jsonl``;
+    ``*`` as a glob means it, so a hidden folder (``.partial``) is not looked in.
     Written with ``os`` calls on strings: scoring resolves one path per
     mission, and pathlib's objects were most of that cost at 10k missions.
     """
@@ -111,7 +112,8 @@ def _subdirs(path: str) -> list[str]:
 
 
 def _folders(path: str, entries: list[os.DirEntry[str]]) -> list[str]:
-    return [os.path.join(path, name) for name in sorted(e.name for e in entries if e.is_dir())]
+    return [os.path.join(path, name) for name in sorted(
+        e.name for e in entries if not e.name.startswith(".") and e.is_dir())]
 
 
 def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
@@ -123,16 +125,18 @@ def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
     prefix = f"{key}/"
     if type(rel_paths) is list and len(rel_paths) == 1:  # the usual case: one run per mission
         rel = rel_paths[0]
-        if rel.startswith(prefix) and rel.endswith("/" + EVENTS_FILE):
-            if rel == own or 1 <= rel.count("/", len(prefix)) <= 2:
-                return rel
+        if rel == own or (rel.startswith(prefix) and rel.endswith("/" + EVENTS_FILE)
+                          and 1 <= rel.count("/", len(prefix)) <= 2
+                          and "/." not in rel[len(prefix) - 1:]):
+            return rel
         return None
     one_down: list[str] = []
     two_down: list[str] = []
     for rel in rel_paths:
         if rel == own:
             return rel
-        if not rel.startswith(prefix) or not rel.endswith("/" + EVENTS_FILE):
+        if not rel.startswith(prefix) or not rel.endswith("/" + EVENTS_FILE) \
+                or "/." in rel[len(prefix) - 1:]:  # a hidden folder on the way
             continue
         depth = rel[len(prefix):].count("/")
         if depth == 1:

@@ -167,7 +167,7 @@ class Streams:
         for run in runs:
             if run.startswith(prefix):
                 parts = run[len(prefix):].split(os.sep, 3)
-                if len(parts) <= 3:
+                if len(parts) <= 3 and not any(p.startswith(".") for p in parts[1:]):
                     names.add(parts[0])
             yield run
 
