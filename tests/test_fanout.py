@@ -1,4 +1,4 @@
-"""The fan-out scorer (``evalkit.eval.fanout``) against the one-process path.
+"""The fan-out scorer (``evalkit.report.fanout``) against the one-process path.
 
 Its promise is the same bytes or nothing: either the report it renders is
 byte-identical to the one ``score`` renders in one process, or it gives
@@ -22,11 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evalkit.cli import main as cli
-from evalkit.eval import fanout, suite_pieces
+from evalkit.eval import suite_pieces
 from evalkit.eval.check import check_suite
 from evalkit.eval.score import score
 from evalkit.eval.suite import load_suite
 from evalkit.eval.tables import ingest
+from evalkit.report import fanout
 from evalkit.report.markdown import to_json_bytes, to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]

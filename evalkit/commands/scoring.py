@@ -68,7 +68,7 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
         # Python: the duckdb engine reads the runs its own way); None: the usual way.
         if not mapping and (dataset is not None and runs is None
                             or runs is not None and dataset is None and engine != "duckdb"):
-            from evalkit.eval.fanout import score_rendered
+            from evalkit.report.fanout import score_rendered
 
             rendered = score_rendered(suite_path, split, dataset=dataset, runs=runs,
                                       want_json=as_json or report_dir is not None,

@@ -25,6 +25,7 @@ import orjson
 
 from evalkit import signals
 from evalkit.contract import conforms
+from evalkit.store.values import flag, number, text
 
 #: How many conformance problems a verdict quotes.
 PROBLEMS_QUOTED = 3
@@ -109,35 +110,6 @@ def pack(summary: RunSummary) -> tuple[Any, ...]:
 def unpack(values: tuple[Any, ...]) -> RunSummary:
     """The summary ``pack`` made ``values`` from."""
     return RunSummary(*values)
-
-
-def text(value: Any) -> str | None:
-    """A field read as text: strings as they are, other JSON values as compact JSON."""
-    if value is None or isinstance(value, str):
-        return value
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return str(value)
-
-
-def number(value: Any) -> int | float | None:
-    """A field read as a number: ints stay ints, integral floats become ints."""
-    if type(value) is int:  # the usual case, answered before the general tests
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return None
-        if value.is_integer() and abs(value) < 2**63:
-            return int(value)
-    return value
-
-
-def flag(value: Any) -> bool | None:
-    """A field read as a boolean: JSON true/false, anything else null."""
-    return value if isinstance(value, bool) else None
 
 
 def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None = None, *,

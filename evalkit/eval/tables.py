@@ -42,13 +42,11 @@ from evalkit.eval.summary import (
     RunSummary,
     _finish,
     first_firing,
-    flag,
-    number,
     summarize,
-    text,
 )
 from evalkit.store import dataset as ds
 from evalkit.store.reader import parse_text
+from evalkit.store.values import flag, number, text
 
 if TYPE_CHECKING:  # DuckDB and the ingest SQL load only where a query runs:
     import duckdb  # reading kept summaries needs neither.
@@ -428,7 +426,7 @@ def by_mission_folder(paths: Iterable[str]) -> dict[str, list[str]]:
 class KeptSummaries:
     """A dataset's kept summaries, each decoded only when asked for.
 
-    For a share of a large suite (``evalkit.eval.fanout``): the paths are read
+    For a share of a large suite (``evalkit.report.fanout``): the paths are read
     whole (they are small), a row group's summaries only once one of its
     runs is wanted, and each straight from Arrow's buffer, with no Python
     string in between. The caller has checked they are current; a damaged

@@ -3,9 +3,8 @@
 A dataset is derived from JSONL and must say exactly what the JSONL reader
 says. The plain Python functions here build a row from a record the way
 ``evalkit.store.reader`` and ``evalkit.eval.summary`` read it: lines parsed
-by orjson, envelopes unwrapped by ``reader.unwrap``, text fields through
-``summary.text``, numbers through ``summary.number``, booleans through
-``summary.flag``. ``evalkit.store.ingest`` computes most rows with these very
+by orjson, envelopes unwrapped by ``reader.unwrap``, values read through
+``evalkit.store.values`` (``text``, ``number``, ``flag``). ``evalkit.store.ingest`` computes most rows with these very
 functions (column by column, over the lines orjson writes back unchanged) and
 the rest in DuckDB SQL, which is checked against, and falls back to, them.
 
@@ -22,8 +21,8 @@ import orjson
 import pyarrow as pa
 
 from evalkit.contract import conforms
-from evalkit.eval.summary import flag, number, text
 from evalkit.store.reader import unwrap
+from evalkit.store.values import flag, number, text
 
 FORMAT = "evalkit-dataset"
 VERSION = 1
