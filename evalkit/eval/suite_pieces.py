@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.eval.suite import Mission, Suite, SuiteError, _Builder, _Tree
+from evalkit.eval.suite import default_name as suite_default_name
 
 #: Where each part may be: the parses below decide whether it is.
 _MISSIONS = re.compile(rb'"missions"[ \t\n\r]*:[ \t\n\r]*\[')
@@ -72,7 +73,8 @@ def _loads(data: bytes) -> Any | None:
 def cut(path: Path, data: bytes, parts: int, default_name: str | None = None) -> Pieces | None:
     """The suite file's bytes cut into at most ``parts`` runs of missions, or None.
 
-    ``default_name`` names a suite that gives no name (default: the file stem)."""
+    ``default_name`` names a suite that gives no name (``suite.default_name`` of the
+    path given, when that was a folder; by default, of ``path``)."""
     data = data.removeprefix(codecs.BOM_UTF8)
     if not _OPENS.match(data) or b"\0" in data:
         return None
@@ -92,7 +94,7 @@ def cut(path: Path, data: bytes, parts: int, default_name: str | None = None) ->
         return None
     del head["missions"]
     return Pieces(path, data, {**head, **fields}, tuple(_split(data, start, end, parts)),
-                  path.stem if default_name is None else default_name)
+                  default_name if default_name is not None else suite_default_name(path))
 
 
 def _split(data: bytes, start: int, end: int, parts: int) -> list[tuple[int, int]]:
@@ -145,7 +147,8 @@ def missions(pieces: Pieces, index: int, chunk_chars: int = 2**21) -> Iterator[t
 def build_fields(pieces: Pieces) -> Suite | None:
     """The suite's own fields, without missions (for its name and the suite-wide rules)."""
     try:
-        return _Builder(pieces.path, _Tree(), pieces.default_name).suite({**pieces.fields, "missions": []})
+        builder = _Builder(pieces.path, _Tree(), pieces.default_name)
+        return builder.suite({**pieces.fields, "missions": []})
     except SuiteError:
         return None
 
