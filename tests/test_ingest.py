@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,18 +134,21 @@ def test_reingest_is_idempotent_and_skips_the_dataset(tmp_path: Path) -> None:
     nested = write_run(runs / "deep" / "er" / "run_1", [bare(finished())])
     first = ingest(runs)
     before = {p.name: p.read_bytes() for p in first.out.iterdir()}
-    # A stray events.jsonl inside the dataset folder must not become a run.
-    (first.out / "events.jsonl").write_text(bare(finished()) + "\n")
     second = ingest(runs)
     after = {p.name: p.read_bytes() for p in second.out.iterdir()}
     assert before == after
+    # A stray events.jsonl inside the dataset folder never becomes a run, and is not
+    # deleted by replacing the dataset either: that ingest is refused, naming it.
+    (first.out / "events.jsonl").write_text(bare(finished()) + "\n")
     assert nested in discover(runs, skip=first.out)
+    assert first.out / "events.jsonl" not in [r / "events.jsonl" for r in discover(runs, skip=first.out)]
+    with pytest.raises(EvalkitError, match="it holds events.jsonl"):
+        ingest(runs)
+    assert {p.name: p.read_bytes() for p in first.out.iterdir() if p.name != "events.jsonl"} == before
     assert not list(tmp_path.glob("runs/.dataset.parquet*"))
 
 
 def test_ingest_replaces_an_earlier_dataset_and_nothing_else(tmp_path: Path) -> None:
-
-
     runs = tmp_path / "runs"
     write_corpus(runs)
     precious = tmp_path / "notes.txt"
@@ -167,6 +171,39 @@ def test_ingest_replaces_an_earlier_dataset_and_nothing_else(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["ingest", str(runs), "--out", str(precious / "ds")])
     assert result.exit_code == 2 and "cannot write a dataset at" in result.output
     assert "Traceback" not in result.output and precious.read_text() == "mine"
+
+
+def test_ingest_never_deletes_files_beside_a_dataset_nor_replaces_one_with_nothing(
+        tmp_path: Path) -> None:
+    """Replacing a dataset folder takes everything in it: a folder holding anything but
+    the dataset's own files is refused; so is ingesting a dataset into itself or a folder
+    with no run over an earlier dataset, each of which would leave nothing of it."""
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    ds_path = ingest(runs, tmp_path / "ds").out
+    names = [p.name for p in ds_path.iterdir()]
+    kept = shutil.copytree(ds_path, tmp_path / "kept")
+    (kept / "precious.txt").write_text("mine")
+    (kept / "sub").mkdir()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / ds.MANIFEST).write_text("{}")
+    (tmp_path / "nothing").mkdir()
+    before = {p: p.read_bytes() for folder in (ds_path, kept, foreign)
+              for p in folder.iterdir() if p.is_file()}
+    for source, out, words in ((runs, kept, "it holds precious.txt, sub, which replacing it"),
+                               (runs, foreign, "is not an evalkit dataset"),
+                               (ds_path, ds_path, "it holds the runs being ingested"),
+                               (runs, runs, "it holds the runs being ingested"),
+                               (tmp_path / "nothing", ds_path, "found no run directory")):
+        result = CliRunner().invoke(main, ["ingest", str(source), "--out", str(out)])
+        assert result.exit_code == 2, (source, out, result.output)
+        assert words in result.output and "Traceback" not in result.output
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in kept.iterdir()) == sorted([*names, "precious.txt", "sub"])
+    assert not list(tmp_path.glob(".*.tmp-*"))
+    # A new folder with no run is still written: which folders hold no stream is a fact.
+    assert ingest(tmp_path / "nothing", tmp_path / "fresh").runs == 0
 
 
 def test_the_manifest_names_folders_that_hold_no_stream(tmp_path: Path) -> None:

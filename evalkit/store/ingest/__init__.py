@@ -50,6 +50,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -62,6 +63,7 @@ from evalkit.store.ingest.folders import Streams, discover, read_text, walk
 from evalkit.store.ingest.lines import events_table
 from evalkit.store.ingest.schedule import BATCH_BYTES, convert_runs
 from evalkit.store.ingest.sql import connect
+from evalkit.store.layout import EVENTS_FILE
 
 
 @dataclass
@@ -105,8 +107,6 @@ def _remove_abandoned(out: Path) -> None:
     leftovers.remove_left_behind(out.parent, (f".{out.name}.tmp-", f".{out.name}.old-"))
 
 
-
-
 def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
            batch_bytes: int = BATCH_BYTES, workers: int | None = None,
            derive: Derivation | None = None) -> IngestResult:
@@ -124,7 +124,7 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     if not root.is_dir():
         raise EvalkitError(f"cannot ingest {root}: it is not a directory")
     out = Path(out) if out is not None else root / ds.DEFAULT_NAME
-    _check_out(out)
+    earlier = _check_out(root, out)
     tmp = _sibling(out, "tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -137,6 +137,9 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         with collector_paused():  # parsed lines form no cycles; its passes were a seventh of the CPU
             n_runs, n_events, n_bytes = convert_runs(root, streams.note(walk(root, skip=out)), tmp,
                                                  threads, batch_bytes, workers, derive)
+        if not n_runs and earlier:
+            raise EvalkitError(f"found no run directory (one holding {EVENTS_FILE}) under {root}; "
+                               f"the dataset at {out} ({earlier} runs) is left as it was")
         names = [*ds.TABLES, *(derive.schemas if derive is not None else ())]
         manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
@@ -152,17 +155,57 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
                         seconds=time.perf_counter() - started)
 
 
-def _check_out(out: Path) -> None:
-    """Ingest replaces an earlier dataset (or fills an empty folder), never anything else."""
+def _check_out(root: Path, out: Path) -> int:
+    """Ingest replaces an earlier dataset (or fills an empty folder), never anything else;
+    returns how many runs the earlier dataset holds (0: none there).
+
+    An earlier dataset is a folder holding an evalkit manifest and nothing but the files
+    it names: replacing the folder takes everything in it, so a folder where someone
+    keeps anything else is refused. Nor is the root replaced, or a folder holding it:
+    ingesting a dataset into itself would find no run and replace it with nothing.
+    """
+    def refused(why: str) -> EvalkitError:
+        return EvalkitError(f"cannot write a dataset at {out}: {why}")
+
     try:
         if not os.path.lexists(out):
-            return
-        if out.is_dir() and ((out / ds.MANIFEST).is_file() or not any(out.iterdir())):
-            return
+            return 0
+        real_root, real_out = os.path.realpath(root), os.path.realpath(out)
+        if real_root == real_out or real_root.startswith(os.path.join(real_out, "")):
+            raise refused(f"it holds the runs being ingested ({root}); give a path beside them")
+        if not out.is_dir():
+            raise refused("it exists and is not an evalkit dataset; give a new path "
+                          "(ingest replaces only an earlier dataset)")
+        present = {entry.name for entry in os.scandir(out)}
+        if not present:
+            return 0
+        manifest = _manifest(out / ds.MANIFEST)
+        if manifest is None:
+            raise refused("it exists and is not an evalkit dataset; give a new path "
+                          "(ingest replaces only an earlier dataset)")
+        foreign = sorted(present - {ds.MANIFEST, *manifest["tables"].values()})
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", …" if len(foreign) > 3 else "")
+            raise refused(f"besides an earlier dataset it holds {shown}, which replacing it "
+                          "would delete; move them or give a new path")
     except OSError as exc:
-        raise EvalkitError(f"cannot write a dataset at {out}: {exc.strerror or exc}") from None
-    raise EvalkitError(f"cannot write a dataset at {out}: it exists and is not an evalkit "
-                       "dataset; give a new path (ingest replaces only an earlier dataset)")
+        raise refused(exc.strerror or str(exc)) from None
+    runs = manifest.get("runs")
+    return runs if type(runs) is int and runs > 0 else 0
+
+
+def _manifest(path: Path) -> dict[str, Any] | None:
+    """An evalkit dataset's manifest, or None when ``path`` is not one."""
+    try:
+        found = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(found, dict) or found.get("format") != ds.FORMAT:
+        return None
+    tables = found.get("tables")
+    if not isinstance(tables, dict) or not all(isinstance(f, str) for f in tables.values()):
+        return None
+    return found
 
 
 __all__ = ["BATCH_BYTES", "Derivation", "IngestResult", "connect", "discover",
