@@ -8,6 +8,7 @@ the runtime, DuckDB or an SDK it does not use. Exit codes (see EVAL.md):
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -18,6 +19,10 @@ import click
 from evalkit import __version__
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+#: What a program killed by SIGPIPE exits with: the reader of its output went away.
+EXIT_PIPE_CLOSED = 128 + 13
+#: Writing failed because the disk, not evalkit, gave out.
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 #: command name -> ("module:attribute" of its click command, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -60,8 +65,20 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from evalkit.errors import EvalkitError
 
+        _stand_in_for_closed_streams()
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # `evalkit sql … | head`: the reader has what it wanted; say nothing more,
+            # and keep Python from failing again flushing the dead pipe at exit.
+            _discard_stdout()
+            ctx.exit(EXIT_PIPE_CLOSED)
+        except OSError as exc:
+            if exc.errno not in _NO_ROOM:
+                raise _internal(ctx, exc) from None
+            _discard_stdout()
+            click.echo(f"Error: cannot write the output: {exc.strerror}", err=True)
+            ctx.exit(EXIT_USAGE)
         except EvalkitError as exc:
             click.echo(f"Error: {exc.message}", err=True)
             ctx.exit(exc.exit_code)
@@ -71,11 +88,35 @@ class LazyGroup(click.Group):
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except Exception as exc:  # a bug in evalkit, never the user's input
-            if os.environ.get("EVALKIT_DEBUG"):
-                raise
-            click.echo(f"internal error in evalkit: {type(exc).__name__}: {exc} "
-                       "(set EVALKIT_DEBUG=1 for the traceback)", err=True)
-            ctx.exit(EXIT_INTERNAL)
+            raise _internal(ctx, exc) from None
+
+
+def _internal(ctx: click.Context, exc: Exception) -> click.exceptions.Exit:
+    """Exit 3 for a bug in evalkit: one line, the traceback only with EVALKIT_DEBUG."""
+    if os.environ.get("EVALKIT_DEBUG"):
+        raise exc
+    click.echo(f"internal error in evalkit: {type(exc).__name__}: {exc} "
+               "(set EVALKIT_DEBUG=1 for the traceback)", err=True)
+    return click.exceptions.Exit(EXIT_INTERNAL)
+
+
+def _stand_in_for_closed_streams() -> None:
+    """A stream closed by the caller (``evalkit score … >&-``) is output thrown away,
+    not an error: what the command writes to it goes nowhere."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered is dropped, not flushed again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -365,6 +365,9 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     """Verdicts for every mission of ``suite`` in ``split`` from recorded streams."""
     if engine not in ENGINES:
         raise EvalkitError(f"--engine takes one of {', '.join(ENGINES)}, not {engine!r}")
+    if dataset is not None and (runs is not None or mapping):
+        raise EvalkitError("score from --dataset or from --runs/--map, not both: a dataset "
+                           "holds the runs it was ingested from, and nothing would be mixed in")
     missions = missions_in(suite, split)
     if dataset is not None:
         return _score_dataset(suite, missions, Path(dataset), split)
