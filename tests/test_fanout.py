@@ -280,7 +280,18 @@ def test_cut_pieces_hold_exactly_what_one_parse_holds(missions, before, after, i
         return
     assert pieces.fields == {k: v for k, v in document.items() if k != "missions"}
     assert 1 <= len(pieces.spans) <= parts
-    rebuilt = [json.loads(b"[" + text[a:b] + b"]") for a, b in pieces.spans]
+    try:
+        rebuilt = [json.loads(b"[" + text[a:b] + b"]") for a, b in pieces.spans]
+    except json.JSONDecodeError:
+        # A cut inside a string ("},{" in a value) leaves a piece with an open string,
+        # which no parse accepts: the share that parses it refuses (Odd), and the
+        # suite is scored the usual way. Never a piece that parses to other missions.
+        assert any("}" in text for m in missions for value in m.values()
+                   for text in (value if isinstance(value, list) else [value]))
+        with pytest.raises(suite_pieces.Odd):
+            for index in range(len(pieces.spans)):
+                list(suite_pieces.missions(pieces, index))
+        return
     assert [m for run in rebuilt for m in run] == missions
 
 
