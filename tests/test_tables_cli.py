@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
-from click.testing import CliRunner
+import pytest
+from click.testing import CliRunner, Result
 
 from evalkit.cli import main
 from tests._stream_builders import good_run, mission, write_stream, write_suite
@@ -62,3 +65,112 @@ def test_score_from_a_dataset_equals_score_from_the_runs(tmp_path):
     strip = lambda report: [{k: v for k, v in verdict.items() if k != "source"}  # noqa: E731
                             for verdict in json.loads(report)["verdicts"]]
     assert strip(from_runs.stdout) == strip(from_dataset.stdout)
+
+
+def _dataset(tmp_path: Path) -> Path:
+    """Two runs ingested the way a user does it; the dataset folder."""
+    runs = tmp_path / "runs"
+    for key in ("a", "b"):
+        write_stream(runs / key / "events.jsonl", good_run())
+    assert CliRunner().invoke(main, ["ingest", str(runs)]).exit_code == 0
+    return runs / "dataset.parquet"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes, to show nothing changed or appeared."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _refused(result: Result) -> str:
+    """The one sentence of a refusal: exit 2, nothing on stdout, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "Traceback" not in result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("statement", "kind"), [
+    ("COPY (SELECT 1 AS x) TO '{ds}/runs.parquet' (FORMAT parquet)", "a COPY statement"),
+    ("COPY runs TO '{out}/x.csv'", "a COPY statement"),
+    ("EXPORT DATABASE '{out}/exp'", "an EXPORT statement"),
+    ("ATTACH '{out}/a.db' AS a", "an ATTACH statement"),
+    ("CREATE TABLE t AS SELECT 1", "a CREATE statement"),
+    ("INSERT INTO runs SELECT * FROM runs", "an INSERT statement"),
+    ("SET threads = 1", "a SET statement"),
+    ("PRAGMA version", "a PRAGMA statement"),
+    ("CALL pragma_version()", "a CALL statement"),
+    # EXPLAIN ANALYZE runs what it explains: this one would write the file.
+    ("EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{out}/y.csv'", "an EXPLAIN of a COPY statement"),
+    # DuckDB's MULTI: a PIVOT without IN (...), here inside a COPY.
+    ("COPY (PIVOT runs ON run) TO '{out}/p.csv'", "a statement DuckDB runs as several"),
+])
+def test_sql_refuses_anything_that_is_not_a_question_and_writes_nothing(tmp_path, statement, kind):
+    ds = _dataset(tmp_path)
+    before = _files(tmp_path)
+    query = statement.format(ds=ds, out=tmp_path)
+    done = CliRunner().invoke(main, ["sql", str(ds), query])
+    assert _files(tmp_path) == before  # the dataset byte-identical, and no file written
+    said = _refused(done)
+    assert said.startswith(f"Error: {kind}") and "exactly one SELECT" in said
+
+
+def test_sql_wants_exactly_one_statement(tmp_path):
+    ds = _dataset(tmp_path)
+    runner = CliRunner()
+    for nothing in ("", "  -- comment", ";"):
+        said = _refused(runner.invoke(main, ["sql", str(ds), nothing]))
+        assert said.startswith("Error: no SQL statement given")
+    said = _refused(runner.invoke(main, ["sql", str(ds), "SELECT 1 AS x; SELECT 2 AS x"]))
+    assert said.startswith("Error: 2 SQL statements given")
+
+
+def test_sql_answers_questions_but_reads_no_file_beyond_the_dataset(tmp_path):
+    ds = _dataset(tmp_path)
+    (tmp_path / "secret.csv").write_text("a\n1\n", encoding="utf-8")
+    runner = CliRunner()
+
+    def rows(query: str) -> list[dict]:
+        done = runner.invoke(main, ["sql", str(ds), query, "--format", "json"])
+        assert done.exit_code == 0, done.output
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    assert rows("FROM runs SELECT count(*) AS n") == [{"n": 2}]
+    assert rows("WITH e AS (SELECT * FROM events) SELECT count(*) AS n FROM e") == [{"n": 14}]
+    assert rows("SELECT count(*) AS n FROM summaries") == [{"n": 2}]
+    assert rows(f"SELECT count(*) AS n FROM read_parquet('{ds}/events.parquet')") == [{"n": 14}]
+    assert {"name": "tool_calls"} in rows("SHOW TABLES")
+    assert {r["column_name"] for r in rows("DESCRIBE runs")} >= {"run", "events_path"}
+    assert len(rows("SUMMARIZE runs")) > 0
+    assert rows("PIVOT (SELECT run FROM runs) ON run IN ('a', 'b') USING count(*)") == [
+        {"a": 1, "b": 1}]
+    assert rows("EXPLAIN SELECT count(*) FROM events")[0]["explain_key"] == "physical_plan"
+    said = _refused(runner.invoke(main, ["sql", str(ds), f"SELECT * FROM read_csv("
+                                         f"'{tmp_path / 'secret.csv'}')"]))
+    assert said.startswith("Error: query failed: Permission Error")
+
+
+def test_sql_on_a_folder_with_no_dataset_and_no_runs_is_refused(tmp_path):
+    runner = CliRunner()
+    empty = tmp_path / "notes"
+    (empty / "sub").mkdir(parents=True)
+    (empty / "sub" / "readme.txt").write_text("no runs here", encoding="utf-8")
+    said = _refused(runner.invoke(main, ["sql", str(empty), "SELECT count(*) FROM runs"]))
+    assert said.startswith(f"Error: no dataset and no runs at {empty}")
+    said = _refused(runner.invoke(main, ["sql", str(tmp_path / "nope"), "SELECT 1"]))
+    assert said.startswith(f"Error: no dataset and no runs at {tmp_path / 'nope'}")
+    # A dataset that lost its dataset.json is not quietly an empty one.
+    lost = tmp_path / "lost"
+    shutil.copytree(_dataset(tmp_path), lost)
+    (lost / "dataset.json").unlink()
+    said = _refused(runner.invoke(main, ["sql", str(lost), "SELECT count(*) FROM runs"]))
+    assert said.startswith(f"Error: no dataset and no runs at {lost}") and "dataset.json" in said
+    # A folder of runs (here a level down) with no dataset is still ingested on the fly.
+    runs = tmp_path / "more"
+    for key in ("a", "b", "c"):
+        write_stream(runs / "suite" / key / "events.jsonl", good_run())
+    done = runner.invoke(main, ["sql", str(runs), "SELECT count(*) AS n FROM runs",
+                                "--format", "json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == {"n": 3} and "ingested 3 runs" in done.stderr
+    assert not (runs / "dataset.parquet").exists()  # temporary: nothing kept in the runs folder

@@ -36,6 +36,9 @@ def sql(folder: Path, query: str, fmt: str) -> None:
     """Answer QUERY with DuckDB over the runs, events, model_calls and tool_calls tables.
 
     FOLDER is a dataset written by `evalkit ingest`, or a folder of runs (ingested first).
+    QUERY is one SELECT (DESCRIBE, SHOW, SUMMARIZE, FROM and WITH included) or an EXPLAIN
+    of one: sql only reads, so anything that could write (COPY, CREATE, ATTACH, SET …)
+    is refused before it runs, and files outside the dataset cannot be read.
     """
     from evalkit.eval.tables import query as run_query
 

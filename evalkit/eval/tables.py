@@ -25,6 +25,7 @@ import bisect
 import dataclasses
 import hashlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -561,32 +562,117 @@ def find_dataset(path: Path) -> Path | None:
     return None
 
 
-def query(path: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run a user's SQL over a dataset, or over a runs folder ingested on the fly.
+#: Gaps DuckDB allows between the words of ``EXPLAIN [ANALYZE] [(options)]``.
+_GAP = r"(?:\s|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
+#: What ``EXPLAIN`` puts before the statement it explains; stripping it leaves that statement.
+_EXPLAIN = re.compile(rf"{_GAP}EXPLAIN\b{_GAP}(?:ANALY[SZ]E\b{_GAP})?"
+                      rf"(?:\((?:[^()']|'[^']*')*\){_GAP})?", re.IGNORECASE | re.DOTALL)
+_ACCEPTED = ("`evalkit sql` only reads, so it runs exactly one SELECT (or DESCRIBE, SHOW, "
+             "SUMMARIZE, FROM …, WITH …) or an EXPLAIN of one")
 
-    Returns (column names, rows). Any DuckDB error becomes one EvalkitError sentence.
+
+def _statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Statement]:
+    """DuckDB's parse of ``sql``; a syntax error is the user's, so one sentence."""
+    import duckdb
+
+    try:
+        return con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise EvalkitError(f"query failed: {_first_line(exc)}") from None
+
+
+def _check_question(sql: str) -> None:
+    """Refuse, before anything runs, whatever is not one read-only question.
+
+    ``sql`` answers questions and never writes: COPY … TO could replace the dataset's
+    own Parquet files, and EXPORT, ATTACH, CREATE, INSERT, SET, PRAGMA, CALL, LOAD …
+    have no place in a question. DuckDB parses DESCRIBE, SHOW, SUMMARIZE, FROM-first
+    and WITH as SELECT, so they pass. EXPLAIN passes only of a SELECT, since EXPLAIN
+    ANALYZE runs what it explains (``EXPLAIN ANALYZE COPY …`` writes the file). A
+    PIVOT without an ``IN (…)`` list parses as MULTI, which DuckDB also uses to wrap
+    COPY/CREATE/INSERT around a PIVOT, so MULTI is refused and the message points at
+    the ``IN (…)`` form, which parses as SELECT. Several statements are refused rather
+    than showing only the last result.
     """
     import duckdb
 
+    with duckdb.connect() as con:  # parsing binds nothing: no dataset needed yet
+        found = _statements(con, sql)
+        if not found:
+            raise EvalkitError(f"no SQL statement given (only blanks or comments): {_ACCEPTED}")
+        if len(found) > 1:
+            raise EvalkitError(f"{len(found)} SQL statements given: {_ACCEPTED}; "
+                               f"run them one at a time")
+        kind = found[0].type
+        if kind == duckdb.StatementType.EXPLAIN:
+            prefix = _EXPLAIN.match(found[0].query)
+            inner = _statements(con, found[0].query[prefix.end():]) if prefix else []
+            if len(inner) == 1 and inner[0].type == duckdb.StatementType.SELECT:
+                return
+            what = f"{inner[0].type.name} statement" if len(inner) == 1 else "statement"
+            raise EvalkitError(f"an EXPLAIN of a {what} (not of a SELECT) was given: {_ACCEPTED}")
+        if kind == duckdb.StatementType.MULTI:
+            raise EvalkitError(f"a statement DuckDB runs as several was given (a PIVOT with no "
+                               f"IN (…) list, or one inside COPY/CREATE/INSERT): {_ACCEPTED}, "
+                               f"so name the PIVOT's values with ON col IN (…)")
+        if kind != duckdb.StatementType.SELECT:
+            article = "an" if kind.name[0] in "AEIOU" else "a"
+            raise EvalkitError(f"{article} {kind.name} statement was given: {_ACCEPTED}")
+
+
+def _no_dataset(path: Path) -> EvalkitError:
+    """Why ``path`` cannot be queried: answering 0 rows from an empty temporary dataset
+    would pass a mistyped folder (or a dataset that lost its manifest) off as no data."""
+    if any((path / f"{table}.parquet").is_file() for table in ds.TABLES):
+        return EvalkitError(f"no dataset and no runs at {path}: it has Parquet tables but no "
+                            f"{ds.MANIFEST}, so re-create it with `evalkit ingest`")
+    return EvalkitError(f"no dataset and no runs at {path} (no {ds.MANIFEST}, and no run "
+                        f"directory with an events file below it)")
+
+
+def _read_only_here(con: duckdb.DuckDBPyConnection, dataset: Path) -> None:
+    """Let the query touch files in ``dataset`` only, and change no setting.
+
+    The statement check already keeps writes out; this also keeps a SELECT from
+    reading (``read_csv('/etc/passwd')``) or fetching anything beyond the dataset it
+    was asked about. DuckDB checks at query time, so the views made before still read.
+    """
+    allowed = os.path.join(os.path.abspath(dataset), "")  # the slash: not its siblings too
+    con.execute("SET allowed_directories = ['" + allowed.replace("'", "''") + "']")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def query(path: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run one read-only question over a dataset, or over a runs folder ingested on the fly.
+
+    Returns (column names, rows). Anything but one SELECT (or EXPLAIN of one) is refused
+    before anything runs; any DuckDB error becomes one EvalkitError sentence.
+    """
+    import duckdb
+
+    from evalkit.store.ingest.folders import walk
+
+    _check_question(sql)
     path = Path(path)
     found = find_dataset(path)
     with tempfile.TemporaryDirectory(prefix="evalkit-dataset-") as scratch:
         if found is None:
-            if not path.is_dir():
-                raise EvalkitError(f"no dataset and no runs at {path}")
+            if not path.is_dir() or next(walk(path), None) is None:
+                raise _no_dataset(path)
             result = ingest(path, Path(scratch) / ds.DEFAULT_NAME)
             print(f"evalkit: no dataset in {path}; ingested {result.runs} runs into a temporary "
                   f"one (run `evalkit ingest {path}` to keep it)", file=sys.stderr)
             found = result.out
         con = open_dataset(found)
         try:
+            _read_only_here(con, found)
             relation = con.sql(sql)
             if relation is None:
                 return [], []
             columns = [d[0] for d in relation.description]
             return columns, relation.fetchall()
         except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise EvalkitError(f"query failed: {first}") from None
+            raise EvalkitError(f"query failed: {_first_line(exc)}") from None
         finally:
             con.close()
