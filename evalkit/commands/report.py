@@ -30,9 +30,11 @@ def report(folder: Path, out: Path | None, suite_path: Path | None) -> None:
     """Render one self-contained HTML KPI report of a score, run or measure folder."""
     from evalkit.report import folders, html
 
+    target = out or folder / "report.html"
+    html.check_target(target)  # before the reading and drawing, not only after them
     suite = _suite(suite_path)
     scoring = folders.load(folder, suite)
-    written = html.write(html.report_html(scoring, suite), out or folder / "report.html")
+    written = html.write(html.report_html(scoring, suite), target)
     click.echo(f"wrote {written}")
 
 
@@ -58,6 +60,8 @@ def diff(a: Path, b: Path, as_json: bool, fail_on: str | None, allow_mismatch: b
     from evalkit.report import folders, html
     from evalkit.report.text import diff_text
 
+    if html_out is not None:
+        html.check_target(html_out)  # before the diff is printed, not after
     suite = _suite(suite_path)
     result = compare(folders.load(a, suite).side(), folders.load(b, suite).side(),
                      allow_mismatch=allow_mismatch)

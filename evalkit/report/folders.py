@@ -125,11 +125,15 @@ def load(path: str | Path, suite: Suite | None = None) -> Scoring:
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``, or one sentence saying why it cannot be one."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise EvalkitError(f"{path} nests its JSON too deeply to read; "
+                           "it is not a file evalkit wrote") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # ValueError: bad JSON, or an int of 4300+ digits
         raise EvalkitError(f"{path} is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise EvalkitError(f"{path} is not a JSON object")
@@ -142,7 +146,117 @@ def read_report(path: Path) -> dict[str, Any]:
     _check_format(path, report, SCORE_FORMAT, SCORE_VERSION)
     if not isinstance(report.get("verdicts"), list):
         raise EvalkitError(f"{path} has no verdicts list; it is not a score report")
+    check_report(report, f"{path} is not a score report evalkit reads")
     return report
+
+
+#: Verdict KPIs the report averages or sums: each is a number, or null when no stream carried it.
+NUMERIC_KPIS = ("steps", "model_calls", "tokens", "cost", "elapsed_s", "human_interventions",
+                "reply_rejected")
+#: The largest KPI magnitude read. No run records a quadrillion steps, tokens, seconds or
+#: dollars; well before float's limit (~1.8e308) a chart's axis cannot even be computed,
+#: and a mean of values this size cannot overflow.
+KPI_LIMIT = 1e15
+
+
+def check_report(report: dict[str, Any], where: str) -> None:
+    """Refuse a score report whose shape the report and diff cannot read, in one sentence.
+
+    The sentence is ``WHERE: PROBLEM``; ``where`` names the file (or the runs scored).
+
+    A report.json is input like any other: copied, merged, edited by hand or cut short.
+    Every field the report, its charts and the diff read is checked here, once, so
+    they read it without guarding each access, and a damaged file is named by where
+    it is damaged (verdict index, key, field) instead of crashing half way through a
+    chart or being read wrongly: ``"passed": "no"`` is truthy, and a second verdict
+    with one key would silently replace the first.
+    """
+    for name in ("suite", "split"):
+        if report.get(name) is not None and not isinstance(report[name], str):
+            _refuse(where, f"its {name} is {_shown(report[name])}, not a string")
+    if report.get("halves") is not None and not isinstance(report["halves"], dict):
+        _refuse(where, f"its halves is {_shown(report['halves'])}, not an object")
+    verdicts = report.get("verdicts")
+    if not isinstance(verdicts, list):
+        _refuse(where, "it has no verdicts list")
+    seen: dict[str, int] = {}
+    for i, verdict in enumerate(verdicts):
+        if not isinstance(verdict, dict):
+            _refuse(where, f"verdicts[{i}] is {_shown(verdict)}, not an object")
+        key = verdict.get("key")
+        if not isinstance(key, str) or not key:
+            _refuse(where, f"verdicts[{i}] has {_field(verdict, 'key')}, not a mission key")
+        if key in seen:
+            _refuse(where, f"verdicts[{seen[key]}] and verdicts[{i}] both have key {key!r}")
+        seen[key] = i
+        problem = _verdict_problem(verdict)
+        if problem:
+            _refuse(where, f"verdicts[{i}] (key {key!r}) has {problem}")
+
+
+def _verdict_problem(v: dict[str, Any]) -> str | None:
+    """What is wrong with one verdict's fields (its key aside), as ``FIELD is VALUE, not WHAT``."""
+    for name in ("split", "flag"):
+        if not isinstance(v.get(name), str):
+            return f"{_field(v, name)}, not a string"
+    for name in ("passed", "missing"):
+        if not isinstance(v.get(name), bool):
+            return f"{_field(v, name)}, not true or false"
+    if not _strings(v.get("reasons")):
+        return f"{_field(v, 'reasons')}, not a list of strings"
+    if v.get("checks") is not None and not _strings(v["checks"]):
+        return f"{_field(v, 'checks')}, not a list of strings"
+    for name in ("source", "category", "infra"):
+        if v.get(name) is not None and not isinstance(v[name], str):
+            return f"{_field(v, name)}, not a string"
+    reader = v.get("needs_reader")
+    if reader is not None:
+        if not isinstance(reader, dict):
+            return f"{_field(v, 'needs_reader')}, not an object"
+        for name in ("must", "must_not"):
+            if reader.get(name) is not None and not _strings(reader[name]):
+                return f"{_field(reader, name, 'needs_reader.')}, not a list of strings"
+    kpis = v.get("kpis")
+    if not isinstance(kpis, dict):
+        return f"{_field(v, 'kpis')}, not an object"
+    for name in NUMERIC_KPIS:
+        if kpis.get(name) is not None and not _number_in_range(kpis[name]):
+            return (f"{_field(kpis, name, 'kpis.')}, not a number between "
+                    f"-{KPI_LIMIT:.0e} and {KPI_LIMIT:.0e}")
+    if kpis.get("grounded") is not None and not isinstance(kpis["grounded"], bool):
+        return f"{_field(kpis, 'grounded', 'kpis.')}, not true, false or null"
+    return None
+
+
+def _field(holder: dict[str, Any], name: str, prefix: str = "") -> str:
+    """``no passed`` when the field is absent, else ``passed "no"``."""
+    if name not in holder:
+        return f"no {prefix}{name}"
+    return f"{prefix}{name} {_shown(holder[name])}"
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _number_in_range(value: Any) -> bool:
+    """A JSON number (never a bool) no larger than ``KPI_LIMIT``; NaN and infinities fail."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return -KPI_LIMIT <= value <= KPI_LIMIT  # NaN compares false; a huge int compares exactly
+
+
+def _shown(value: Any) -> str:
+    """A value as a sentence quotes it: JSON, cut short (a damaged field may be megabytes)."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _refuse(where: str, problem: str) -> None:
+    raise EvalkitError(f"{where}: {problem}")
 
 
 def _check_format(path: Path, data: dict[str, Any], fmt: str, version: int) -> None:
@@ -231,7 +345,11 @@ def _runs(folder: Path, suite: Suite) -> Scoring:
 def _score(runs: Path, suite: Suite) -> dict[str, Any]:
     from evalkit.eval.score import score
 
-    return score(suite, runs=runs).to_dict()
+    report = score(suite, runs=runs).to_dict()
+    # A stream may record any finite number (1e300 tokens): the report reads what it scored
+    # here by the same rule as what it reads from a report.json.
+    check_report(report, f"cannot report the runs scored from {runs}")
+    return report
 
 
 def _suite_path(value: Any, folder: Path) -> Path | None:

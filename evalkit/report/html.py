@@ -25,6 +25,13 @@ from evalkit.report.markdown import write_file
 #: How many rubric changes the report lists, newest first.
 RUBRIC_CHANGES_SHOWN = 10
 
+#: The ``<meta name="generator">`` in the head of every page evalkit writes
+#: (templates/_base.html.j2): how a file is known to be one of them.
+GENERATOR = "evalkit"
+GENERATOR_MARKER = f'<meta name="generator" content="{GENERATOR}">'.encode()
+#: How much of an existing file is read to find the marker: it sits a few lines in.
+MARKER_WITHIN = 4096
+
 _ENV = None
 
 
@@ -40,6 +47,7 @@ def environment():
             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
         )
         env.filters.update(pct=pct, num=num, interval=interval, sortkey=sortkey, plain=plain)
+        env.globals["generator"] = GENERATOR
         _ENV = env
     return _ENV
 
@@ -139,7 +147,36 @@ def diff_html(diff: Diff) -> str:
         show_config=any(f.configuration or f.rep for f in (*diff.flips, *diff.changed)))
 
 
+def check_target(path: Path) -> None:
+    """Refuse ``path`` as where a page goes unless writing it there loses nothing.
+
+    ``-o`` and ``--html`` take any path, and a slip (``-o runs/x/events.jsonl``,
+    ``--html B/report.json``) would replace a recorded stream or the report just
+    read, with no way back. So a page is written only where there is nothing yet, or
+    an empty file, or a page evalkit wrote before (its generator marker among the
+    first ``MARKER_WITHIN`` bytes): re-running a report over its last output is the
+    normal case and stays quiet.
+    """
+    try:
+        if not path.exists():
+            return
+        if path.is_dir():
+            raise EvalkitError(f"{path} is a folder; give the HTML file's own name, "
+                               f"such as {path / 'report.html'}")
+        if not path.is_file():
+            raise EvalkitError(f"refusing to write the HTML over {path}: it is not a regular file")
+        with open(path, "rb") as existing:
+            head = existing.read(MARKER_WITHIN)
+    except OSError as exc:
+        raise EvalkitError(f"cannot check what {path} holds: {exc.strerror or exc}") from None
+    if head and GENERATOR_MARKER not in head:
+        raise EvalkitError(f"refusing to write the HTML over {path}: it is not an HTML page "
+                           "evalkit wrote, and it would be lost; give another file name")
+
+
 def write(text: str, path: Path) -> Path:
+    """Write a page to ``path`` whole, if ``check_target`` lets it replace what is there."""
+    check_target(path)
     try:
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from evalkit.errors import EvalkitError
-from evalkit.store.replace import Part, replace_file
+from evalkit.store.replace import Part, replace_file, replace_files
 
 
 @dataclass
@@ -216,12 +216,23 @@ def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
 
 
 def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:
-    """Write an already rendered report's two files into ``folder``."""
+    """Write an already rendered report's two files into ``folder``: both, or neither.
+
+    The two describe one scoring; a new ``report.json`` beside the previous
+    ``report.md`` would be a report that contradicts itself, and the previous
+    ``report.json`` would be gone. So every target is checked before anything is
+    written (a folder or other non-file where a report goes is refused), and both
+    files are written before either replaces its predecessor (``replace_files``).
+    """
+    json_path, md_path = folder / "report.json", folder / "report.md"
+    for path in (json_path, md_path):
+        if path.exists() and not path.is_file():
+            what = "a folder" if path.is_dir() else "not a regular file"
+            raise EvalkitError(f"cannot write the report to {folder}: {path} is {what}; "
+                               "move it away or write the report elsewhere")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        json_path, md_path = folder / "report.json", folder / "report.md"
-        for path, parts in ((json_path, rendered.json), (md_path, rendered.markdown)):
-            write_file(path, parts or [])
+        replace_files([(json_path, rendered.json or []), (md_path, rendered.markdown or [])])
     except OSError as exc:
         raise EvalkitError(f"cannot write the report to {folder}: {exc.strerror or exc}") from None
     return json_path, md_path

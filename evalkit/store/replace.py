@@ -36,6 +36,46 @@ def write_parts(stream: BinaryIO, parts: Sequence[Part]) -> None:
             stream.write(part)
 
 
+def replace_files(files: Sequence[tuple[Path, str | bytes | memoryview | Sequence[Part]]]
+                  ) -> list[Path]:
+    """Make each content the whole of its path, or leave every path as it was.
+
+    Files that belong together (a report's ``report.json`` and ``report.md``) must
+    not end up one new and one old because the second could not be written. Every
+    temporary is written before any is renamed, so a full disk or ^C while writing
+    leaves all the files as they were; only a rename can still fail, and a caller
+    that checked each path is a regular file or absent has ruled out what makes one
+    fail (a folder in the way).
+    """
+    written: list[tuple[Path, Path]] = []
+    try:
+        for path, content in files:
+            tmp = _temporary(path)
+            written.append((tmp, path))
+            with open(tmp, "wb", opener=_create) as out:
+                write_parts(out, _parts(content))
+        for tmp, path in written:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
+        raise
+    return [path for path, _ in files]
+
+
+def _parts(content: str | bytes | memoryview | Sequence[Part]) -> Sequence[Part]:
+    if isinstance(content, str):
+        return [content.encode("utf-8")]
+    if isinstance(content, (bytes, memoryview)):
+        return [content]
+    return content
+
+
+def _temporary(path: Path) -> Path:
+    """``.NAME.PID.tmp`` beside ``path`` (see ``replace_file``)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
 def replace_file(path: Path, content: str | bytes | memoryview | Sequence[Part], *,
                  fsync: bool = False) -> Path:
     """Make ``content`` (text is UTF-8) the whole of ``path``, or leave ``path`` as it was.
@@ -49,16 +89,10 @@ def replace_file(path: Path, content: str | bytes | memoryview | Sequence[Part],
     the rename, the folder after it): for a run's own record, at the cost of a
     disk flush per call.
     """
-    if isinstance(content, str):
-        parts: Sequence[Part] = [content.encode("utf-8")]
-    elif isinstance(content, (bytes, memoryview)):
-        parts = [content]
-    else:
-        parts = content
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = _temporary(path)
     try:
         with open(tmp, "wb", opener=_create) as out:
-            write_parts(out, parts)
+            write_parts(out, _parts(content))
             if fsync:
                 out.flush()
                 os.fsync(out.fileno())
