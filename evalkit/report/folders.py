@@ -383,12 +383,19 @@ def provenance(source: dict[str, Any], suite: str, repeats: Any,
     return out
 
 
-def _text(value: Any) -> str:
+#: How deep a provenance value is spelled out; below that, "…" (a damaged run.json
+#: nested hundreds deep would otherwise exhaust Python's recursion).
+_TEXT_DEPTH = 8
+
+
+def _text(value: Any, depth: int = 0) -> str:
+    if isinstance(value, (dict, list, tuple)) and depth >= _TEXT_DEPTH:
+        return "…"
     if isinstance(value, dict):
-        return "; ".join(f"{k}: {_text(v)}" for k, v in sorted(value.items())
+        return "; ".join(f"{k}: {_text(v, depth + 1)}" for k, v in sorted(value.items())
                          if v is not None and v != "")
     if isinstance(value, (list, tuple)):
-        return " ".join(_text(v) for v in value)
+        return " ".join(_text(v, depth + 1) for v in value)
     return str(value)
 
 

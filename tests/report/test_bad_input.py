@@ -279,3 +279,15 @@ def test_any_json_as_report_json_gives_exit_0_or_2_never_a_crash(scored, data):
             assert "Traceback" not in result.output and "internal error" not in result.output
             if result.exit_code == 2:
                 refused(result)
+
+
+def test_a_run_json_nested_hundreds_deep_still_renders(folders, tmp_path):
+    """Provenance is spelled out a few levels deep, then "…": a damaged run.json
+    nested 900 deep (still JSON Python reads) rendered into exit 3, RecursionError."""
+    run = _copy(folders["run"], tmp_path / "run")
+    provenance = json.loads((run / "run.json").read_text())
+    provenance["spawn"] = json.loads("[" * 900 + "]" * 900)
+    (run / "run.json").write_text(json.dumps(provenance))
+    result = invoke("report", run, "-o", tmp_path / "r.html")
+    assert result.exit_code == 0, result.output
+    assert "…" in (tmp_path / "r.html").read_text()
