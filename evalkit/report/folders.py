@@ -28,6 +28,7 @@ from evalkit.errors import EvalkitError
 from evalkit.eval.diff import RunKey, Side
 from evalkit.eval.suite import SPLITS, Suite
 from evalkit.redact import redact
+from evalkit.report.shapes import check_matrix, check_report
 
 SCORE_FORMAT, SCORE_VERSION = "evalkit-score", 1
 MATRIX_FORMAT, MATRIX_VERSION = "evalkit-matrix", 1
@@ -150,115 +151,6 @@ def read_report(path: Path) -> dict[str, Any]:
     return report
 
 
-#: Verdict KPIs the report averages or sums: each is a number, or null when no stream carried it.
-NUMERIC_KPIS = ("steps", "model_calls", "tokens", "cost", "elapsed_s", "human_interventions",
-                "reply_rejected")
-#: The largest KPI magnitude read. No run records a quadrillion steps, tokens, seconds or
-#: dollars; well before float's limit (~1.8e308) a chart's axis cannot even be computed,
-#: and a mean of values this size cannot overflow.
-KPI_LIMIT = 1e15
-
-
-def check_report(report: dict[str, Any], where: str) -> None:
-    """Refuse a score report whose shape the report and diff cannot read, in one sentence.
-
-    The sentence is ``WHERE: PROBLEM``; ``where`` names the file (or the runs scored).
-
-    A report.json is input like any other: copied, merged, edited by hand or cut short.
-    Every field the report, its charts and the diff read is checked here, once, so
-    they read it without guarding each access, and a damaged file is named by where
-    it is damaged (verdict index, key, field) instead of crashing half way through a
-    chart or being read wrongly: ``"passed": "no"`` is truthy, and a second verdict
-    with one key would silently replace the first.
-    """
-    for name in ("suite", "split"):
-        if report.get(name) is not None and not isinstance(report[name], str):
-            _refuse(where, f"its {name} is {_shown(report[name])}, not a string")
-    if report.get("halves") is not None and not isinstance(report["halves"], dict):
-        _refuse(where, f"its halves is {_shown(report['halves'])}, not an object")
-    verdicts = report.get("verdicts")
-    if not isinstance(verdicts, list):
-        _refuse(where, "it has no verdicts list")
-    seen: dict[str, int] = {}
-    for i, verdict in enumerate(verdicts):
-        if not isinstance(verdict, dict):
-            _refuse(where, f"verdicts[{i}] is {_shown(verdict)}, not an object")
-        key = verdict.get("key")
-        if not isinstance(key, str) or not key:
-            _refuse(where, f"verdicts[{i}] has {_field(verdict, 'key')}, not a mission key")
-        if key in seen:
-            _refuse(where, f"verdicts[{seen[key]}] and verdicts[{i}] both have key {key!r}")
-        seen[key] = i
-        problem = _verdict_problem(verdict)
-        if problem:
-            _refuse(where, f"verdicts[{i}] (key {key!r}) has {problem}")
-
-
-def _verdict_problem(v: dict[str, Any]) -> str | None:
-    """What is wrong with one verdict's fields (its key aside), as ``FIELD is VALUE, not WHAT``."""
-    for name in ("split", "flag"):
-        if not isinstance(v.get(name), str):
-            return f"{_field(v, name)}, not a string"
-    for name in ("passed", "missing"):
-        if not isinstance(v.get(name), bool):
-            return f"{_field(v, name)}, not true or false"
-    if not _strings(v.get("reasons")):
-        return f"{_field(v, 'reasons')}, not a list of strings"
-    if v.get("checks") is not None and not _strings(v["checks"]):
-        return f"{_field(v, 'checks')}, not a list of strings"
-    for name in ("source", "category", "infra"):
-        if v.get(name) is not None and not isinstance(v[name], str):
-            return f"{_field(v, name)}, not a string"
-    reader = v.get("needs_reader")
-    if reader is not None:
-        if not isinstance(reader, dict):
-            return f"{_field(v, 'needs_reader')}, not an object"
-        for name in ("must", "must_not"):
-            if reader.get(name) is not None and not _strings(reader[name]):
-                return f"{_field(reader, name, 'needs_reader.')}, not a list of strings"
-    kpis = v.get("kpis")
-    if not isinstance(kpis, dict):
-        return f"{_field(v, 'kpis')}, not an object"
-    for name in NUMERIC_KPIS:
-        if kpis.get(name) is not None and not _number_in_range(kpis[name]):
-            return (f"{_field(kpis, name, 'kpis.')}, not a number between "
-                    f"-{KPI_LIMIT:.0e} and {KPI_LIMIT:.0e}")
-    if kpis.get("grounded") is not None and not isinstance(kpis["grounded"], bool):
-        return f"{_field(kpis, 'grounded', 'kpis.')}, not true, false or null"
-    return None
-
-
-def _field(holder: dict[str, Any], name: str, prefix: str = "") -> str:
-    """``no passed`` when the field is absent, else ``passed "no"``."""
-    if name not in holder:
-        return f"no {prefix}{name}"
-    return f"{prefix}{name} {_shown(holder[name])}"
-
-
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def _number_in_range(value: Any) -> bool:
-    """A JSON number (never a bool) no larger than ``KPI_LIMIT``; NaN and infinities fail."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return -KPI_LIMIT <= value <= KPI_LIMIT  # NaN compares false; a huge int compares exactly
-
-
-def _shown(value: Any) -> str:
-    """A value as a sentence quotes it: JSON, cut short (a damaged field may be megabytes)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        text = f"a {type(value).__name__}"
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _refuse(where: str, problem: str) -> None:
-    raise EvalkitError(f"{where}: {problem}")
-
-
 def _check_format(path: Path, data: dict[str, Any], fmt: str, version: int) -> None:
     if data.get("format") != fmt:
         raise EvalkitError(f"{path} is not an {fmt} file (format {data.get('format')!r})")
@@ -287,29 +179,29 @@ def _scored(folder: Path) -> Scoring:
 
 
 def _measure(folder: Path, suite: Suite | None) -> Scoring:
-    matrix = read_json(folder / MATRIX_FILE)
-    _check_format(folder / MATRIX_FILE, matrix, MATRIX_FORMAT, MATRIX_VERSION)
-    prov = matrix.get("provenance") if isinstance(matrix.get("provenance"), dict) else {}
+    path = folder / MATRIX_FILE
+    matrix = read_json(path)
+    _check_format(path, matrix, MATRIX_FORMAT, MATRIX_VERSION)
+    check_matrix(matrix, f"{path} is not a measure matrix evalkit reads")
+    prov = matrix.get("provenance") or {}
     configurations = []
-    for row in matrix.get("rows") or ():
-        if not isinstance(row, dict) or not row.get("name"):
-            continue
-        config = Configuration(name=str(row["name"]), question=row.get("question"),
-                               delta=row.get("delta"), status=str(row.get("status", "ran")),
+    for row in matrix["rows"]:
+        config = Configuration(name=row["name"], question=row.get("question"),
+                               delta=row.get("delta"), status=row["status"],
                                reason=row.get("reason"))
         if config.status == "ran":
-            for rel in row.get("reps") or ():
-                config.reps.append(_rep(folder, str(rel), suite))
+            for rel in row["reps"]:
+                config.reps.append(_rep(folder, rel, suite))
         configurations.append(config)
-    suite_name = str(prov.get("suite") or next(
-        (r.report.get("suite") for c in configurations for r in c.reps), ""))
+    suite_name = prov.get("suite") or next(
+        (r.report.get("suite") for c in configurations for r in c.reps), None) or ""
     repeats = prov.get("repeat", max((len(c.reps) for c in configurations), default=0))
     return Scoring(path=folder, kind="measure", suite=suite_name,
-                   split=str(prov.get("split") or "all"), configurations=configurations,
+                   split=prov.get("split") or "all", configurations=configurations,
                    provenance=provenance(prov, suite_name, repeats,
-                                         {"bounds": prov.get("bounds"), "split": prov.get("split")}), baseline=str(matrix.get("baseline") or DEFAULT_BASELINE),
-                   statistics=matrix.get("statistics") if isinstance(
-                       matrix.get("statistics"), dict) else {},
+                                         {"bounds": prov.get("bounds"), "split": prov.get("split")}),
+                   baseline=matrix.get("baseline") or DEFAULT_BASELINE,
+                   statistics=matrix.get("statistics") or {},
                    suite_path=_suite_path(prov.get("suite_path"), folder))
 
 
@@ -383,13 +275,13 @@ def provenance(source: dict[str, Any], suite: str, repeats: Any,
     return out
 
 
-#: How deep a provenance value is spelled out; below that, "…" (a damaged run.json
-#: nested hundreds deep would otherwise exhaust Python's recursion).
-_TEXT_DEPTH = 8
+#: How deep a provenance value (or a row's delta) is spelled out; below that, "…" (a damaged
+#: run.json or matrix.json nested hundreds deep would otherwise exhaust Python's recursion).
+TEXT_DEPTH = 8
 
 
 def _text(value: Any, depth: int = 0) -> str:
-    if isinstance(value, (dict, list, tuple)) and depth >= _TEXT_DEPTH:
+    if isinstance(value, (dict, list, tuple)) and depth >= TEXT_DEPTH:
         return "…"
     if isinstance(value, dict):
         return "; ".join(f"{k}: {_text(v, depth + 1)}" for k, v in sorted(value.items())

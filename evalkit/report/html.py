@@ -18,7 +18,7 @@ from evalkit.errors import EvalkitError
 from evalkit.eval.diff import FIX, REGRESSION, Diff
 from evalkit.eval.suite import SPLITS, Suite, SuiteError, load_suite
 from evalkit.report import charts
-from evalkit.report.folders import Scoring
+from evalkit.report.folders import TEXT_DEPTH, Scoring
 from evalkit.report.kpis import halves
 from evalkit.report.markdown import write_file
 
@@ -72,15 +72,19 @@ def interval(value: tuple[float, float] | None, signed: bool = False) -> str:
     return f"[{pct(value[0], signed)}, {pct(value[1], signed)}]"
 
 
-def plain(value: Any) -> str:
-    """A JSON value for a person: lists joined, mappings as ``key: value``, nothing as —."""
+def plain(value: Any, depth: int = 0) -> str:
+    """A JSON value for a person: lists joined, mappings as ``key: value``, nothing as —;
+    "…" below ``TEXT_DEPTH`` levels, as provenance is shown."""
     if value is None or value == "" or value == [] or value == {}:
         return "—"
+    if isinstance(value, (dict, list, tuple)) and depth >= TEXT_DEPTH:
+        return "…"
     if isinstance(value, dict):
-        shown = [f"{k}: {plain(v)}" for k, v in sorted(value.items()) if v not in (None, "", [], {})]
+        shown = [f"{k}: {plain(v, depth + 1)}" for k, v in sorted(value.items())
+                 if v not in (None, "", [], {})]
         return "; ".join(shown) or "—"
     if isinstance(value, (list, tuple)):
-        return " ".join(plain(v) for v in value)
+        return " ".join(plain(v, depth + 1) for v in value)
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)

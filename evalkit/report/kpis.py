@@ -151,9 +151,9 @@ def outcome_words(reps: Sequence[Sequence[dict[str, Any]]]) -> dict[str, list[st
 
 def _cell(scoring: Scoring, config: str, half: str,
           words: dict[str, list[str]]) -> tuple[dict[str, Any], str]:
-    row = scoring.statistics.get(config)
-    written = row.get(half) if isinstance(row, dict) else None
-    if isinstance(written, dict) and isinstance(written.get("rate"), dict):
+    # shapes.check_matrix has refused any cell of another shape: absent is the only other case.
+    written = (scoring.statistics.get(config) or {}).get(half)
+    if written is not None:
         return written, "matrix.json"
     return stats.describe_cell(words), "evalkit.eval.stats"
 
@@ -222,16 +222,14 @@ def _paired(scoring: Scoring, half: str, words: dict[str, dict[str, list[str]]],
         found = cell.get("vs_baseline") if source == "matrix.json" else None
         if not isinstance(found, dict):
             found, source = stats.compare(words[base], words[config.name]), "evalkit.eval.stats"
-        try:
-            out.append(PairedRow(
-                scoring.name_of(config), int(found["missions"]), int(found["baseline_only"]),
-                int(found["row_only"]), float(found["delta"]),
-                _pair(found.get("interval")) or (float("nan"), float("nan")),
-                float(found["p_value"]), str(found["verdict"]),
-                str(found.get("pairing") or "paired by mission"),
-                [str(k) for k in found.get("excluded") or ()], source))
-        except (KeyError, TypeError, ValueError):
-            continue  # a comparison this evalkit cannot read is left out, not guessed at
+        # stats.compare's shape, checked by shapes.check_matrix when matrix.json wrote it.
+        out.append(PairedRow(
+            scoring.name_of(config), int(found["missions"]), int(found["baseline_only"]),
+            int(found["row_only"]), float(found["delta"]),
+            _pair(found.get("interval")) or (float("nan"), float("nan")),
+            float(found["p_value"]), str(found["verdict"]),
+            str(found.get("pairing") or "paired by mission"),
+            [str(k) for k in found.get("excluded") or ()], source))
     return out
 
 
