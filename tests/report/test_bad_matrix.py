@@ -178,7 +178,8 @@ def _damaged(draw, good: dict[str, Any]) -> dict[str, Any]:
         holder: Any = matrix
         for step in draw(_PLACES):
             holder = holder.get(step) if isinstance(holder, dict) else (
-                holder[step] if isinstance(holder, list) and step < len(holder) else None)
+                holder[step] if isinstance(holder, list) and isinstance(step, int)
+                and step < len(holder) else None)  # an earlier damage may have made a list
         if not isinstance(holder, dict):
             continue
         name, how = draw(_FIELDS), draw(st.sampled_from(["set", "drop", "copy"]))
