@@ -10,6 +10,7 @@ crashing half way through a chart or being read wrongly.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from evalkit.errors import EvalkitError
@@ -44,19 +45,28 @@ def check_report(report: dict[str, Any], where: str) -> None:
     verdicts = report.get("verdicts")
     if not isinstance(verdicts, list):
         _refuse(where, "it has no verdicts list")
+    _check_named(where, verdicts, "verdicts", "key", naming="a mission key",
+                 twice="both have key", called="key", problem_of=_verdict_problem)
+
+
+def _check_named(where: str, items: list[Any], label: str, field: str, *, naming: str,
+                 twice: str, called: str, problem_of: Callable[[dict[str, Any]], str | None]
+                 ) -> None:
+    """Each of ``items`` an object with its own non-empty ``field`` (a verdict's key, a
+    row's name), and nothing ``problem_of`` finds wrong with the rest of it."""
     seen: dict[str, int] = {}
-    for i, verdict in enumerate(verdicts):
-        if not isinstance(verdict, dict):
-            _refuse(where, f"verdicts[{i}] is {_shown(verdict)}, not an object")
-        key = verdict.get("key")
-        if not isinstance(key, str) or not key:
-            _refuse(where, f"verdicts[{i}] has {_field(verdict, 'key')}, not a mission key")
-        if key in seen:
-            _refuse(where, f"verdicts[{seen[key]}] and verdicts[{i}] both have key {key!r}")
-        seen[key] = i
-        problem = _verdict_problem(verdict)
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            _refuse(where, f"{label}[{i}] is {_shown(item)}, not an object")
+        name = item.get(field)
+        if not isinstance(name, str) or not name:
+            _refuse(where, f"{label}[{i}] has {_field(item, field)}, not {naming}")
+        if name in seen:
+            _refuse(where, f"{label}[{seen[name]}] and {label}[{i}] {twice} {name!r}")
+        seen[name] = i
+        problem = problem_of(item)
         if problem:
-            _refuse(where, f"verdicts[{i}] (key {key!r}) has {problem}")
+            _refuse(where, f"{label}[{i}] ({called} {name!r}) has {problem}")
 
 
 def _verdict_problem(v: dict[str, Any]) -> str | None:
@@ -126,19 +136,8 @@ def check_matrix(matrix: dict[str, Any], where: str) -> None:
     rows = matrix.get("rows")
     if not isinstance(rows, list):
         _refuse(where, f"it has {_field(matrix, 'rows')}, not a list of rows")
-    seen: dict[str, int] = {}
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            _refuse(where, f"rows[{i}] is {_shown(row)}, not an object")
-        name = row.get("name")
-        if not isinstance(name, str) or not name:
-            _refuse(where, f"rows[{i}] has {_field(row, 'name')}, not a row's name")
-        if name in seen:
-            _refuse(where, f"rows[{seen[name]}] and rows[{i}] are both named {name!r}")
-        seen[name] = i
-        problem = _row_problem(row)
-        if problem:
-            _refuse(where, f"rows[{i}] (row {name!r}) has {problem}")
+    _check_named(where, rows, "rows", "name", naming="a row's name", twice="are both named",
+                 called="row", problem_of=_row_problem)
     for name, by_half in (matrix.get("statistics") or {}).items():
         if by_half is None:
             continue
