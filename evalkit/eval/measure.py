@@ -48,17 +48,17 @@ from evalkit.eval.runner import (
     executor_session,
     fresh_folder,
     gate,
+    json_text,
     make_jobs,
     now,
     refusal,
     score_folder,
     spawn_skill,
     strip_url,
-    write_json,
 )
 from evalkit.eval.score import missions_in
 from evalkit.eval.suite import SPLITS, Mission, Suite, load_suite
-from evalkit.store.replace import replace_file
+from evalkit.store.replace import replace_file, replace_files
 
 MATRIX_FORMAT = "evalkit-matrix"
 MATRIX_VERSION = 1
@@ -445,8 +445,8 @@ def assemble(suite: Suite, out: Path, provenance: dict[str, Any], rows: list[dic
     matrix = {"format": MATRIX_FORMAT, "version": MATRIX_VERSION, "provenance": provenance,
               "baseline": BASELINE, "rows": rows,
               "statistics": statistics(outcomes, _halves(missions))}
-    write_json(out / "matrix.json", matrix)
-    replace_file(out / "matrix.md", to_markdown(matrix))
+    # Together or not at all: a matrix.md beside the matrix.json of another run misleads.
+    replace_files([(out / "matrix.json", json_text(matrix)), (out / "matrix.md", to_markdown(matrix))])
     return matrix
 
 

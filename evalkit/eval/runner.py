@@ -673,9 +673,13 @@ def now() -> str:
 ReportWriter = Callable[[dict[str, Any], Path], None]
 
 
-def write_json(path: Path, data: Any) -> None:
+def json_text(data: Any) -> str:
     """Provenance files: the same JSON style as the reports."""
-    replace_file(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_json(path: Path, data: Any) -> None:
+    replace_file(path, json_text(data))
 
 
 def score_folder(suite: Suite, folder: Path, split: str,
