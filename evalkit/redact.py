@@ -148,6 +148,11 @@ class Redactor:
         """A deep copy of a JSON-like object with every string scrubbed; keys kept."""
         return self._current().walk(obj)
 
+    def spans_lines(self) -> bool:
+        """Whether a secret value it knows holds a line break: text scrubbed a line at a
+        time could then split it, and must be scrubbed whole."""
+        return any("\n" in value for value in self._current().literals)
+
 
 class _Scrubber:
     """The pattern for one set of literal secrets, and a memo of long texts it scrubbed."""

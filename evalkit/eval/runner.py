@@ -14,7 +14,8 @@ With no spawn line the agent is evalkit's own runtime, spawned as a
 subprocess (``python -m evalkit.cli mission``; never imported — this package
 must run where no agent stack is installed), driven by the suite's scripted
 agents. Per mission ``DIR/<key>/`` holds ``events.jsonl``, ``runs/``,
-``stdout.txt``, ``stderr.txt`` and ``command.json`` (the spawn line with
+``stdout.txt``, ``stderr.txt`` (scrubbed a line at a time on their way in:
+``evalkit.eval.outputs``) and ``command.json`` (the spawn line with
 credentials withheld, exit code, timed out, wall seconds). A mission that
 outlives ``--timeout`` gets SIGTERM (the contract's "wind up" signal), then its
 whole process group is killed, and it is scored from what it wrote.
@@ -46,6 +47,7 @@ from typing import Any, TextIO
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging, taxonomy
 from evalkit.eval.check import check_suite
+from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite, load_suite
 from evalkit.redact import REDACTED, Redactor
@@ -192,64 +194,76 @@ def run_mission(job: Job) -> dict[str, Any]:
         except (EvalkitError, OSError) as exc:
             unstaged = f"cannot stage the fixtures into {cwd}: {exc}"
     env = {**os.environ, **dict(job.env), "EVALKIT_RUNS": str(out / "runs")}
-    read_fd, write_fd = os.pipe()
-    argv = command_line(job, write_fd)
+    events_fd, events_write = os.pipe()
+    argv = command_line(job, events_write)
     capture: dict[str, Any] = {
         "key": job.key, "argv": withhold(argv, job.secrets), "cwd": cwd,
-        "events": f"fd:{write_fd}", "runs": "runs", "timeout_s": job.timeout_s,
+        "events": f"fd:{events_write}", "runs": "runs", "timeout_s": job.timeout_s,
         "exit_code": None, "timed_out": False, "wall_s": None, "spawn_error": None}
     t0 = time.monotonic()
     with open(out / "events.jsonl", "wb") as events, open(out / "stdout.txt", "wb") as stdout, \
             open(out / "stderr.txt", "wb") as stderr:
-        drain = threading.Thread(target=_drain, args=(read_fd, events), daemon=True)
+        stdout_fd, stdout_write = os.pipe()
+        stderr_fd, stderr_write = os.pipe()
+        said = Scrubbed(stderr, Redactor(extra_values=job.secrets))
+        drain = Drain({events_fd: Verbatim(events),
+                       stdout_fd: Scrubbed(stdout, Redactor(extra_values=job.secrets)),
+                       stderr_fd: said})
+        proc = None
         try:
             if unstaged is not None:
                 raise _Unstaged(unstaged)
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                    cwd=cwd, env=env, pass_fds=(write_fd,),
-                                    start_new_session=True)
-        except _Unstaged as exc:
-            os.close(write_fd)
-            os.close(read_fd)
-            capture["spawn_error"] = str(exc)
-            stderr.write(f"evalkit run: {exc}\n".encode())
-        except (OSError, ValueError) as exc:
-            os.close(write_fd)
-            os.close(read_fd)
-            reason = f"cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}"
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout_write,
+                                    stderr=stderr_write, cwd=cwd, env=env,
+                                    pass_fds=(events_write,), start_new_session=True)
+        except (_Unstaged, OSError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, _Unstaged) else \
+                f"cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}"
             capture["spawn_error"] = reason
-            stderr.write(f"evalkit run: {reason}\n".encode())
+            said.feed(f"evalkit run: {reason}\n".encode())
+        finally:
+            for fd in (events_write, stdout_write, stderr_write):
+                os.close(fd)  # the agent holds its own copies: the pipes end when it does
+        if proc is None:
+            drain.abandon()
         else:
-            os.close(write_fd)
             drain.start()
-            with _LIVE_LOCK:
-                _LIVE.add(proc.pid)
             try:
-                capture["exit_code"] = proc.wait(timeout=job.timeout_s)
-            except subprocess.TimeoutExpired:
-                capture["timed_out"] = True
-                _signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=TERM_GRACE_S)
-                except subprocess.TimeoutExpired:
-                    _signal_group(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                capture["exit_code"] = proc.returncode
-            drain.join(DRAIN_GRACE_S)
-            _signal_group(proc.pid, signal.SIGKILL)  # stragglers: the group dies with its mission
-            drain.join(DRAIN_GRACE_S)
-            if drain.is_alive():  # a process outside the group holds the pipe; stop listening
-                _close_quietly(read_fd)
-                drain.join()
-            with _LIVE_LOCK:
-                _LIVE.discard(proc.pid)
+                _wait(proc, job.timeout_s, capture)
+                if not drain.join(DRAIN_GRACE_S):
+                    _signal_group(proc.pid, signal.SIGKILL)  # stragglers die with their mission
+                    if not drain.join(DRAIN_GRACE_S):
+                        drain.stop()  # one outside the group holds a pipe: stop listening
+            except BaseException:  # ^C: what the pipes hold is written before the files close
+                drain.stop()
+                raise
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(proc.pid)
     capture["wall_s"] = round(time.monotonic() - t0, 3)
-    _scrub(out / "stdout.txt", job.secrets)
-    _scrub(out / "stderr.txt", job.secrets)
+    if drain.failure is not None:
+        raise drain.failure
     capture["events_bytes"] = (out / "events.jsonl").stat().st_size
     replace_file(out / taxonomy.CAPTURE_FILE, json.dumps(capture, indent=2, ensure_ascii=False)
                  + "\n")
     return capture
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float, capture: dict[str, Any]) -> None:
+    """Wait for the agent, winding it up at the timeout; its exit lands in ``capture``."""
+    with _LIVE_LOCK:
+        _LIVE.add(proc.pid)
+    try:
+        capture["exit_code"] = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        capture["timed_out"] = True
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        capture["exit_code"] = proc.returncode
 
 
 class _Unstaged(Exception):
@@ -281,43 +295,11 @@ def stop_all() -> None:
         _signal_group(pid, signal.SIGKILL)
 
 
-def _drain(fd: int, sink: Any) -> None:
-    try:
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            sink.write(chunk)
-            sink.flush()  # what the agent wrote is on disk, even if the harness dies
-    except OSError:
-        pass
-    finally:
-        _close_quietly(fd)
-
-
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
 def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _scrub(path: Path, secrets: Sequence[str]) -> None:
-    """Captured prose is written down too: scrub it like every other text evalkit keeps."""
-    raw = path.read_bytes()
-    if not raw:
-        return
-    text = raw.decode("utf-8", errors="replace")
-    clean = Redactor(extra_values=secrets).redact(text)
-    if clean != text:
-        replace_file(path, clean)
 
 
 def refusal(capture: dict[str, Any], folder: Path) -> str | None:
