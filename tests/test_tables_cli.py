@@ -67,6 +67,49 @@ def test_score_from_a_dataset_equals_score_from_the_runs(tmp_path):
     assert strip(from_runs.stdout) == strip(from_dataset.stdout)
 
 
+def test_an_events_file_in_the_runs_folder_is_a_run_in_the_dataset_too(tmp_path):
+    """``score --runs DIR`` reads ``DIR/<key>`` as the events file when it is a file; the
+    dataset holds it too, so both give the same verdicts. Files beside the runs that
+    are no stream (a README, a suite) are not made runs."""
+    runs = tmp_path / "runs"
+    write_stream(runs / "folder" / "events.jsonl", good_run())
+    write_stream(runs / "enveloped", good_run())
+    write_stream(runs / "bare", good_run(tool="mcp.echo"), envelopes=False)
+    (runs / "empty").write_bytes(b"")
+    (runs / "README.md").write_text("# what these runs are\n")
+    (runs / "suite.json").write_text(json.dumps({"name": "x", "missions": []}))
+    (runs / ".hidden").write_text(json.dumps({"event": "answer", "text": "no"}) + "\n")
+    runner = CliRunner()
+    done = runner.invoke(main, ["ingest", str(runs)])
+    assert done.exit_code == 0, done.output
+    listed = runner.invoke(main, ["sql", str(runs), "SELECT run, events_path, records FROM runs "
+                                  "ORDER BY run", "--format", "json"])
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert rows == [{"run": "bare", "events_path": "bare", "records": 7},
+                    {"run": "empty", "events_path": "empty", "records": 0},
+                    {"run": "enveloped", "events_path": "enveloped", "records": 7},
+                    {"run": "folder", "events_path": "folder/events.jsonl", "records": 7}]
+    suite = write_suite(tmp_path / "s.yaml", [
+        mission(key, expects_tools=["mcp.add"])
+        for key in ("folder", "enveloped", "bare", "empty", "README.md", "ghost")])
+    common = ["score", "--suite", str(suite), "--json", "--allow-failures"]
+    from_runs = runner.invoke(main, [*common, "--runs", str(runs)])
+    from_dataset = runner.invoke(main, [*common, "--dataset", str(runs / "dataset.parquet")])
+    got = {v["key"]: (v["passed"], v["missing"], v["reasons"][:1])
+           for v in json.loads(from_dataset.stdout)["verdicts"]}
+    assert got["folder"] == got["enveloped"] == (True, False, [])
+    assert got["bare"] == (False, False, ["never called mcp.add; it called ['mcp.echo']"])
+    assert got["empty"] == (False, False, ["the stream is empty: the run failed"])
+    assert got["ghost"] == (False, True, ["not run"])
+    strip = lambda report: [{k: v for k, v in verdict.items() if k != "source"}  # noqa: E731
+                            for verdict in json.loads(report)["verdicts"]]
+    # The README is no stream to ingest; --runs reads it as one (its key names it), so
+    # only that mission differs: empty there, not run here.
+    runs_view = [v for v in strip(from_runs.stdout) if v["key"] != "README.md"]
+    dataset_view = [v for v in strip(from_dataset.stdout) if v["key"] != "README.md"]
+    assert runs_view == dataset_view
+
+
 def _dataset(tmp_path: Path) -> Path:
     """Two runs ingested the way a user does it; the dataset folder."""
     runs = tmp_path / "runs"

@@ -15,7 +15,7 @@ import click
 @click.option("--out", type=click.Path(path_type=Path),
               help="Dataset folder to write (default: FOLDER/dataset.parquet).")
 def ingest(folder: Path, out: Path | None) -> None:
-    """Turn every run directory under FOLDER into a Parquet dataset."""
+    """Turn every run directory under FOLDER (and events file in it) into a Parquet dataset."""
     from evalkit.errors import EvalkitError
     from evalkit.eval.tables import ingest as ingest_runs
 

@@ -125,7 +125,7 @@ def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
     prefix = f"{key}/"
     if type(rel_paths) is list and len(rel_paths) == 1:  # the usual case: one run per mission
         rel = rel_paths[0]
-        if rel == own or (rel.startswith(prefix) and rel.endswith("/" + EVENTS_FILE)
+        if rel == own or rel == key or (rel.startswith(prefix) and rel.endswith("/" + EVENTS_FILE)
                           and 1 <= rel.count("/", len(prefix)) <= 2
                           and "/." not in rel[len(prefix) - 1:]):
             return rel
@@ -133,7 +133,7 @@ def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:
     one_down: list[str] = []
     two_down: list[str] = []
     for rel in rel_paths:
-        if rel == own:
+        if rel == own or rel == key:  # key: the mission's events file itself
             return rel
         if not rel.startswith(prefix) or not rel.endswith("/" + EVENTS_FILE) \
                 or "/." in rel[len(prefix) - 1:]:  # a hidden folder on the way

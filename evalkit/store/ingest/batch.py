@@ -19,7 +19,7 @@ from evalkit.store import dataset as ds
 from evalkit.store.ingest.folders import Batch, load_batch
 from evalkit.store.ingest.lines import events_table, lines_table
 from evalkit.store.ingest.sql import LazyConnection
-from evalkit.store.layout import EVENTS_FILE, MODEL_FILE, TOOLS_FILE
+from evalkit.store.layout import MODEL_FILE, TOOLS_FILE
 
 if TYPE_CHECKING:
     import duckdb
@@ -106,7 +106,7 @@ def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: Batch,
                   derive: Derivation | None = None) -> tuple[int, list[tuple[str, pa.Table]]]:
     """Convert one batch: (its number of events, the tables to append)."""
     out: list[tuple[str, pa.Table]] = []
-    rels = batch.rel(EVENTS_FILE)
+    rels = batch.events_paths
     events, counts = events_table(con, batch.events)
     runs = _runs_table(events, batch, rels, counts)
     events = _with_keys(events, ds.EVENTS_SCHEMA, {"run": batch.runs, "events_path": rels})

@@ -12,12 +12,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
+
 from evalkit.errors import EvalkitError
 from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE
 
 
 def discover(root: Path, skip: Path | None = None) -> list[Path]:
-    """Every run directory under ``root`` (one holding events.jsonl), in path order.
+    """Every run directory under ``root`` (one holding events.jsonl), and every events
+    file directly in it (see ``walk``), in path order.
 
     ``skip`` (a dataset folder) and its temporary siblings are not descended into.
     """
@@ -44,13 +47,22 @@ def walk(root: Path, skip: Path | None = None) -> Iterator[str]:
     order (sorted(Path) order: a directory's subdirectories by name, a run before
     the runs inside it). Ingest converts the first runs while the rest are still to
     be found: listing 100k run directories takes seconds here, all of it system calls.
+
+    A file directly in ``root`` that holds a stream is a run too: ``score --runs
+    DIR`` reads ``DIR/<key>`` as the mission's events file when it is a file, and
+    the dataset must hold what that reads (``bare_stream`` says which files do).
     """
     own = _Own(skip)
-    stack: list[Iterator[str]] = [iter([os.fspath(root)])]
+    top = os.fspath(root)
+    bare: set[str] = set()
+    stack: list[Iterator[str]] = [iter([top])]
     while stack:
         here = next(stack[-1], None)
         if here is None:
             stack.pop()
+            continue
+        if here in bare:
+            yield here
             continue
         try:
             with os.scandir(here) as listing:
@@ -64,11 +76,49 @@ def walk(root: Path, skip: Path | None = None) -> Iterator[str]:
                 run = True
             elif entry.is_dir(follow_symlinks=False) and not own.holds(here, entry.name):
                 below.append(entry.name)
+            elif here == top and bare_stream(entry) and not own.holds(here, entry.name):
+                below.append(entry.name)
+                bare.add(entry.path)
         if run:
             yield here
         if below:
             below.sort()
             stack.append(iter([os.path.join(here, name) for name in below]))
+
+
+#: The files of a run directory: in the root (a run itself), none is a stream.
+_RUN_FILES = frozenset({EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE})
+
+#: How far into a file ``bare_stream`` looks for the end of its first line.
+_FIRST_LINE_MAX = 1 << 20
+
+
+def bare_stream(entry: os.DirEntry[str]) -> bool:
+    """Whether a file beside the run folders is a mission's events file.
+
+    ``score --runs`` takes whatever file sits at ``DIR/<key>``; ingest, which
+    knows no keys, takes the files that look like a stream, so a README or a
+    suite kept beside the runs does not become a run: an empty file (an empty
+    stream), or one whose first line that is not blank is a JSON object with
+    an ``event`` (a record) or a ``record`` (an envelope). Hidden files and
+    symbolic links are left out, as the walk leaves out hidden and linked folders.
+    """
+    if entry.name.startswith(".") or entry.name in _RUN_FILES \
+            or not entry.is_file(follow_symlinks=False):
+        return False
+    try:
+        with open(entry.path, "rb") as file:
+            head = file.read(_FIRST_LINE_MAX)
+    except OSError:
+        return False
+    for line in head.split(b"\n"):
+        if line.strip():
+            try:
+                first = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return False
+            return isinstance(first, dict) and ("event" in first or "record" in first)
+    return not head.strip()  # empty or blank: an empty stream; a long blank head: no
 
 
 def _read(path: str, *, required: bool = False) -> bytes | None:
@@ -130,6 +180,9 @@ class Batch:
     tools: list[str | None]
     metas: list[str | None]
     nbytes: int
+    #: Each run's events file relative to root: its ``events.jsonl``, or the run
+    #: itself when it is an events file directly in the root.
+    events_paths: list[str]
 
     def rel(self, name: str) -> list[str]:
         return [name if run == "." else f"{run}/{name}" for run in self.runs]
@@ -138,18 +191,27 @@ class Batch:
 def load_batch(root: Path, dirs: list[str]) -> Batch:
     """Read the files of run directories (paths as ``walk`` gives them)."""
     top = os.fspath(root)
-    runs, events, models, tools, metas = [], [], [], [], []
+    runs, events, models, tools, metas, paths = [], [], [], [], [], []
     nbytes = 0
     for base in dirs:
         # Path(base).relative_to(root).as_posix(), for a path that starts with root's.
-        runs.append(base[len(top):].lstrip(os.sep).replace(os.sep, "/") or ".")
-        texts = [read_text(os.path.join(base, EVENTS_FILE), required=True)] + [
-            read_text(os.path.join(base, name)) for name in (MODEL_FILE, TOOLS_FILE, META_FILE)
-        ]
+        run = base[len(top):].lstrip(os.sep).replace(os.sep, "/") or "."
+        runs.append(run)
+        stream = read_text(os.path.join(base, EVENTS_FILE))
+        if stream[0] is not None:
+            texts = [stream] + [read_text(os.path.join(base, name))
+                                for name in (MODEL_FILE, TOOLS_FILE, META_FILE)]
+            paths.append(EVENTS_FILE if run == "." else f"{run}/{EVENTS_FILE}")
+        elif os.path.isfile(base):  # an events file in the root (``walk``)
+            texts = [read_text(base, required=True), (None, 0), (None, 0), (None, 0)]
+            paths.append(run)
+        else:
+            raise EvalkitError(f"cannot read {os.path.join(base, EVENTS_FILE)}: "
+                               "it vanished during ingest")
         nbytes += sum(size for _, size in texts[:3])
         for bucket, (value, _) in zip((events, models, tools, metas), texts, strict=True):
             bucket.append(value)
-    return Batch(runs, events, models, tools, metas, nbytes)
+    return Batch(runs, events, models, tools, metas, nbytes, paths)
 
 
 class Streams:
