@@ -118,7 +118,7 @@ def bare_stream(entry: os.DirEntry[str]) -> bool:
             except orjson.JSONDecodeError:
                 return False
             return isinstance(first, dict) and ("event" in first or "record" in first)
-    return not head.strip()  # empty or blank: an empty stream; a long blank head: no
+    return not head.strip()  # nothing but white space: an empty stream
 
 
 def _read(path: str, *, required: bool = False) -> bytes | None:
