@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import errno
 import importlib
+import io
 import os
+import stat
 import sys
 from typing import Any
 
@@ -66,6 +68,7 @@ class LazyGroup(click.Group):
         from evalkit.errors import EvalkitError
 
         _stand_in_for_closed_streams()
+        _whole_writes_to_a_pipe()
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
@@ -107,6 +110,49 @@ def _stand_in_for_closed_streams() -> None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+
+
+class _WholeWrites(io.RawIOBase):
+    """fd 1, where every write is finished or fails.
+
+    CPython's own writer can take a long write into a pipe whose reader left half
+    way as done (the kernel's partial count), so ``evalkit sql … | head`` lost its
+    output and exited 0. Written a pipe's worth at a time, the first write after
+    the reader left fails, and the command ends as a closed pipe should.
+    """
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            view = view[os.write(self.fd, view[:1 << 16]):]
+        return total
+
+
+def _whole_writes_to_a_pipe() -> None:
+    """Put ``_WholeWrites`` under the process's own stdout when it is a pipe
+    (not under a stdout a caller replaced, such as a test's capture)."""
+    if sys.stdout is not sys.__stdout__ or sys.stdout is None:
+        return
+    try:
+        if not stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode):
+            return
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        return
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_WholeWrites(sys.stdout.fileno())),
+                                  encoding=sys.stdout.encoding, errors=sys.stdout.errors,
+                                  line_buffering=sys.stdout.line_buffering)
 
 
 def _discard_stdout() -> None:

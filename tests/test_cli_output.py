@@ -41,6 +41,28 @@ def test_a_reader_that_went_away_ends_it_quietly() -> None:
     assert done.stderr == ""
 
 
+def test_a_reader_that_leaves_half_way_through_a_long_output_ends_it_quietly(
+        tmp_path: Path) -> None:
+    """``evalkit sql … | head``: the reader leaves while a write far longer than a pipe
+    holds is under way. CPython reports such a write done (the part that got through),
+    which exited 0 with the rest of the output lost."""
+    from tests._stream_builders import good_run, write_stream
+
+    for key in range(60):
+        write_stream(tmp_path / "runs" / f"m{key}" / "events.jsonl", good_run(text="x" * 4000))
+    done = subprocess.run([*EVALKIT, "ingest", str(tmp_path / "runs")], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    query = [*EVALKIT, "sql", str(tmp_path / "runs"), "SELECT * FROM events"]
+    whole = subprocess.run(query, capture_output=True)
+    assert whole.returncode == 0 and len(whole.stdout) > 4 * 65536  # longer than a pipe holds
+    reading = subprocess.Popen(query, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert reading.stdout is not None and reading.stderr is not None
+    assert reading.stdout.read(100) == whole.stdout[:100]
+    reading.stdout.close()  # `| head -c 100`
+    assert reading.wait(60) == EXIT_PIPE_CLOSED
+    assert reading.stderr.read() == b""
+
+
 def test_a_closed_stdout_is_output_thrown_away(tmp_path: Path) -> None:
     command = " ".join([*EVALKIT, "check", "--suite", str(GOOD_SUITE)])
     done = subprocess.run(f"{command} >&-", shell=True, capture_output=True, text=True)

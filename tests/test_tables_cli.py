@@ -42,7 +42,10 @@ def test_bad_sql_and_a_missing_folder_are_one_sentence(tmp_path):
     assert bad.exit_code == 2 and bad.stderr.splitlines()[-1].startswith("Error: query failed")
     assert "Traceback" not in bad.output
     missing = runner.invoke(main, ["ingest", str(tmp_path / "nope")])
-    assert missing.exit_code == 2 and "is not a folder" in missing.stderr
+    assert missing.exit_code == 2 and missing.stderr == f"Error: {tmp_path / 'nope'} does not exist\n"
+    (tmp_path / "file").write_text("x")
+    a_file = runner.invoke(main, ["ingest", str(tmp_path / "file")])
+    assert a_file.exit_code == 2 and "is not a folder of run directories" in a_file.stderr
 
 
 def test_score_from_a_dataset_equals_score_from_the_runs(tmp_path):

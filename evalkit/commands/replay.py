@@ -88,11 +88,14 @@ def regrade(ctx: click.Context, source: Path, skills: tuple[str, ...], out: Path
     from evalkit.runtime.regrade import REPORT_FILE, find_runs
     from evalkit.runtime.regrade import regrade as regrade_folder
 
-    total = len(find_runs(source)) if source.is_dir() else 0
-    with click.progressbar(length=total, label="regrade", file=sys.stderr,
-                           show_pos=True) as bar:
-        report = regrade_folder(source, out, skills=skills, jobs=jobs,
-                                on_done=lambda _row: bar.update(1))
+    if not sys.stderr.isatty():  # a bar is for a person watching; a log gets no stray line
+        report = regrade_folder(source, out, skills=skills, jobs=jobs)
+    else:
+        total = len(find_runs(source)) if source.is_dir() else 0
+        with click.progressbar(length=total, label="regrade", file=sys.stderr,
+                               show_pos=True) as bar:
+            report = regrade_folder(source, out, skills=skills, jobs=jobs,
+                                    on_done=lambda _row: bar.update(1))
     if as_json:
         click.echo(json.dumps(report, indent=2, ensure_ascii=False))
     else:

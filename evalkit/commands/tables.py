@@ -20,7 +20,8 @@ def ingest(folder: Path, out: Path | None) -> None:
     from evalkit.eval.tables import ingest as ingest_runs
 
     if not folder.is_dir():
-        raise EvalkitError(f"{folder} is not a folder of run directories")
+        why = "is not a folder of run directories" if folder.exists() else "does not exist"
+        raise EvalkitError(f"{folder} {why}")
     result = ingest_runs(folder, out)
     click.echo(f"ingested {result.runs} runs, {result.events} records into {result.out} "
                f"({result.bytes / 1e6:.1f} MB in {result.seconds:.2f} s, "
@@ -33,7 +34,7 @@ def ingest(folder: Path, out: Path | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 def sql(folder: Path, query: str, fmt: str) -> None:
-    """Answer QUERY with DuckDB over the runs, events, model_calls and tool_calls tables.
+    """Answer QUERY with DuckDB over the runs, events, model_calls, tool_calls and summaries tables.
 
     FOLDER is a dataset written by `evalkit ingest`, or a folder of runs (ingested first).
     QUERY is one SELECT (DESCRIBE, SHOW, SUMMARIZE, FROM and WITH included) or an EXPLAIN

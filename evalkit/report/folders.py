@@ -76,7 +76,7 @@ class Scoring:
 
     @property
     def halves(self) -> list[str]:
-        present = {half for c in self.ran for r in c.reps for half in r.report.get("halves", {})}
+        present = {half for c in self.ran for r in c.reps for half in r.report.get("halves") or {}}
         return [half for half in SPLITS if half in present]
 
     @property

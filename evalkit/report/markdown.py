@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from evalkit.errors import EvalkitError
+from evalkit.eval.score import REPORT_FORMAT
 from evalkit.store.replace import Part, replace_file, replace_files
 
 
@@ -215,13 +216,33 @@ def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
                                            [to_markdown(report).encode("utf-8")]))
 
 
+#: How the first bytes of each report file read when evalkit wrote it.
+_OURS = {"report.json": (b"{", f'"format": "{REPORT_FORMAT}"'.encode()),
+         "report.md": (b"# Suite `", "\n**Overall** \u2014 ".encode())}
+
+
+def _replaceable(path: Path) -> bool:
+    """Whether writing a report over ``path`` loses nothing: absent, empty, or a
+    score report of evalkit's (a ``--report DIR`` may name a folder of anything)."""
+    try:
+        with open(path, "rb") as existing:
+            head = existing.read(4096)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        raise EvalkitError(f"cannot check what {path} holds: {exc.strerror or exc}") from None
+    starts, holds = _OURS[path.name]
+    return not head or head.startswith(starts) and holds in head
+
+
 def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:
     """Write an already rendered report's two files into ``folder``: both, or neither.
 
     The two describe one scoring; a new ``report.json`` beside the previous
     ``report.md`` would be a report that contradicts itself, and the previous
     ``report.json`` would be gone. So every target is checked before anything is
-    written (a folder or other non-file where a report goes is refused), and both
+    written (a folder or other non-file where a report goes is refused, and so is
+    a file evalkit did not write: ``--report`` may name any folder), and both
     files are written before either replaces its predecessor (``replace_files``).
     """
     json_path, md_path = folder / "report.json", folder / "report.md"
@@ -230,6 +251,10 @@ def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:
             what = "a folder" if path.is_dir() else "not a regular file"
             raise EvalkitError(f"cannot write the report to {folder}: {path} is {what}; "
                                "move it away or write the report elsewhere")
+        if not _replaceable(path):
+            raise EvalkitError(f"cannot write the report to {folder}: {path} is not a score "
+                               "report evalkit wrote, and it would be lost; write the report "
+                               "elsewhere")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         replace_files([(json_path, rendered.json or []), (md_path, rendered.markdown or [])])

@@ -110,6 +110,7 @@ def test_regrade_replays_every_run_into_the_same_layout_with_two_jobs(lab: Lab, 
     result = CliRunner().invoke(main, ["regrade", str(source), "--out", str(out),
                                        "--jobs", "2"], env=lab.env())
     assert result.exit_code == 0, result.output
+    assert result.stderr == ""  # no progress bar's label in a log: stderr is no terminal
     assert digest(source) == before  # the recordings are only read
     report = json.loads((out / "regrade.json").read_text())
     assert report["format"] == "evalkit-regrade" and report["jobs"] == 2

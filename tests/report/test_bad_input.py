@@ -110,22 +110,45 @@ def test_evalkits_own_html_is_written_over_again_by_report_and_by_diff(scored, t
 # -- 2. score's report.json and report.md: both written, or neither ------------------------
 
 
+#: The head of a previous score report, as evalkit writes it.
+OLD_JSON = '{\n  "format": "evalkit-score",\n  "version": 1,\n  "suite": "old"\n}\n'
+OLD_MD = "# Suite `old`\n\n**Overall** \u2014 train: 1/1 passed (100%)\n"
+
+
+@pytest.mark.parametrize("name", ["report.json", "report.md"])
+@pytest.mark.parametrize("foreign", ["notes I keep\n", '{"format": "mine"}\n',
+                                     "# Suite `x`\nbut mine\n"])
+def test_score_report_writes_over_no_file_evalkit_did_not_write(scored, tmp_path, name, foreign):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).write_text(foreign)
+    result = invoke("score", "--suite", scored["suite"].path, "--runs", scored["B"],
+                    "--report", out)
+    assert f"{name} is not a score report evalkit wrote" in refused(result)
+    assert [p.name for p in out.iterdir()] == [name] and (out / name).read_text() == foreign
+    # Its own earlier report (or an empty file) it replaces, as re-running a score does.
+    (out / name).write_text(OLD_JSON if name == "report.json" else OLD_MD)
+    assert invoke("score", "--suite", scored["suite"].path, "--runs", scored["B"],
+                  "--report", out, "--allow-failures").exit_code == 0
+    assert (out / name).read_text() not in (OLD_JSON, OLD_MD)
+
+
 def test_a_folder_where_report_md_goes_leaves_the_previous_report_json(scored, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "report.json").write_text('{"previous": true}')
+    (out / "report.json").write_text(OLD_JSON)
     (out / "report.md").mkdir()
     result = invoke("score", "--suite", scored["suite"].path, "--runs", scored["B"],
                     "--report", out)
     assert "report.md is a folder" in refused(result)
-    assert (out / "report.json").read_text() == '{"previous": true}'
+    assert (out / "report.json").read_text() == OLD_JSON
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
 
 
 def test_a_failure_writing_report_md_leaves_both_previous_files(tmp_path, monkeypatch):
     """The disk fills while the second file is written: the first must not be replaced yet."""
-    (tmp_path / "report.json").write_text("old json")
-    (tmp_path / "report.md").write_text("old md")
+    (tmp_path / "report.json").write_text(OLD_JSON)
+    (tmp_path / "report.md").write_text(OLD_MD)
     written, calls = replace.write_parts, []
 
     def second_write_fails(stream, parts):
@@ -138,8 +161,8 @@ def test_a_failure_writing_report_md_leaves_both_previous_files(tmp_path, monkey
     with pytest.raises(EvalkitError, match="No space left"):
         write_rendered(tmp_path, Rendered(True, [b"new json"], [b"new md"]))
     assert len(calls) == 2
-    assert (tmp_path / "report.json").read_text() == "old json"
-    assert (tmp_path / "report.md").read_text() == "old md"
+    assert (tmp_path / "report.json").read_text() == OLD_JSON
+    assert (tmp_path / "report.md").read_text() == OLD_MD
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json", "report.md"]
 
 
@@ -192,6 +215,18 @@ def test_a_damaged_report_json_is_refused_by_report_and_diff_naming_the_field(sc
         assert f"{bad / 'report.json'} is not a score report evalkit reads" in line, line
         assert said in line, line
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_report_json_whose_halves_is_null_is_read_as_one_without_halves(scored, tmp_path):
+    """``check_report`` lets ``"halves": null`` through (an absent field), so every reader
+    must take it as absent too: it was a TypeError in the HTML report (found by hypothesis)."""
+    folder = tmp_path / "no-halves"
+    folder.mkdir()
+    (folder / "report.json").write_text(json.dumps({**scored["B_report"], "halves": None}),
+                                        encoding="utf-8")
+    result = invoke("report", folder, "-o", tmp_path / "r.html")
+    assert result.exit_code == 0, result.output
+    assert "<html" in (tmp_path / "r.html").read_text(encoding="utf-8").lower()
 
 
 def test_json_nested_past_what_python_parses_is_refused(scored, tmp_path):
