@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,22 @@ def test_a_live_run_and_an_unknown_run_are_refused(lab: Lab) -> None:
     for spec in ("run_nope", "../../etc", str(lab.root)):
         with pytest.raises(EvalkitError, match="no such run|not a run directory"):
             lab.replay(spec)
+
+
+def test_a_run_folders_copy_of_a_stream_is_refused_naming_the_recording_below(lab: Lab,
+                                                                              tmp_path: Path) -> None:
+    """``evalkit run`` keeps each mission's captured stream beside its run directory; replayed,
+    the copy had no model calls and "ran off the end" with exit 0."""
+    original = lab.record(JSON_SCRIPT)
+    mission = tmp_path / "out" / "orientation"
+    (mission / "runs").mkdir(parents=True)
+    shutil.copytree(original.run_dir, mission / "runs" / original.run_dir.name)
+    shutil.copy(original.run_dir / "events.jsonl", mission / "events.jsonl")
+    with pytest.raises(EvalkitError, match="holds a copy of a mission's stream") as refused:
+        lab.replay(str(mission))
+    assert str(mission / "runs" / original.run_dir.name) in str(refused.value)
+    replayed = lab.replay(str(mission / "runs" / original.run_dir.name))
+    assert replayed.events("answer")[0]["text"] == original.events("answer")[0]["text"]
 
 
 def test_replay_is_refused_when_recording_is_off(lab: Lab) -> None:

@@ -87,11 +87,26 @@ def resolve_run(spec: str, store_root: Path | None) -> Path:
             return candidate
     path = Path(text).expanduser()
     if path.is_dir() and (path / layout.EVENTS_FILE).is_file():
+        _refuse_a_copied_stream(path)
         return path
     if path.is_dir():
         raise EvalkitError(f"{path} is not a run directory (no {layout.EVENTS_FILE} in it)")
     where = f" in {store_root}" if store_root is not None else ""
     raise EvalkitError(f"no such run: {text} (not a run id{where}, not a run directory)")
+
+
+def _refuse_a_copied_stream(path: Path) -> None:
+    """A mission folder of ``evalkit run`` holds the stream it captured, but the recording
+    (model and tool calls) is in its run directory below: replayed, the copy would run off
+    the end at the first model call. Name the directory to replay instead."""
+    if (path / layout.META_FILE).exists():
+        return
+    below = sorted(str(run.parent) for run in path.glob(f"*/run_*/{layout.META_FILE}")
+                   if layout.is_run_id(run.parent.name))
+    if below:
+        shown = ", ".join(below[:3]) + (f" and {len(below) - 3} more" if len(below) > 3 else "")
+        raise EvalkitError(f"{path} holds a copy of a mission's stream, not its recording "
+                           f"(no {layout.META_FILE}); replay its run directory: {shown}")
 
 
 def read_recording(path: Path) -> Recording:
