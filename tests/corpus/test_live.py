@@ -34,7 +34,9 @@ from tests.corpus.conftest import (
     relative_files,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("corpus_present")]
+#: The pages server listens on one fixed port: every test that starts it runs in one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("corpus_present"),
+              pytest.mark.xdist_group("pages-port")]
 
 
 @pytest.fixture(scope="module")

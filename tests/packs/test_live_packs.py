@@ -15,6 +15,9 @@ import pytest
 
 from tests.packs.conftest import SUITES, invoke, port_busy, verdicts
 
+#: The research pack's pages server listens on one fixed port: its users share a worker.
+pytestmark = pytest.mark.xdist_group("pages-port")
+
 #: For every bad agent, what its verdict must say (substrings of its reasons).
 BAD_REASONS: dict[str, dict[str, list[str]]] = {
     "analyst": {
