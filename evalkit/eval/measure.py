@@ -496,6 +496,14 @@ def _span(bounds: Any) -> str:
     return "" if not bounds else f" [{bounds[0] * 100:.0f}–{bounds[1] * 100:.0f}%]"
 
 
+def _delta(vs: dict[str, Any]) -> str:
+    """A difference of rates in signed points, its interval in the same unit:
+    ``-50 pts [-100, +24]`` (a range written ``-100–24%`` read as two rates)."""
+    text = f"{vs['delta'] * 100:+.0f} pts"
+    bounds = vs["interval"]
+    return text if not bounds else f"{text} [{bounds[0] * 100:+.0f}, {bounds[1] * 100:+.0f}]"
+
+
 def to_markdown(matrix: dict[str, Any]) -> str:
     """``matrix.md``: the rows, then per half one table of rates and comparisons."""
     p = matrix["provenance"]
@@ -523,7 +531,7 @@ def to_markdown(matrix: dict[str, Any]) -> str:
             s = c["stability"]
             versus, verdict = "baseline", "—"
             if vs is not None:
-                versus = (f"{vs['delta'] * 100:+.0f} pts{_span(vs['interval'])}, "
+                versus = (f"{_delta(vs)}, "
                           f"p={vs['p_value']:.3g} ({vs['baseline_only']}↓ {vs['row_only']}↑)")
                 verdict = vs["verdict"]
             lines.append(
