@@ -40,7 +40,7 @@ def _common(fn: Any) -> Any:
                      help="Seconds a mission may run before its process group is killed."),
         click.option("--agent", "variant", metavar="VARIANT",
                      help="Built-in runtime only: run <key>.VARIANT.yaml from the suite's "
-                          "agents folder instead of <key>.yaml."),
+                          "agents folder instead of <key>.yaml (which is 'good')."),
         click.option("--executor", type=click.Choice(["local", "ray"]), default="local",
                      show_default=True, help="local processes, or Ray tasks (shared storage)."),
         click.option("--ray-address", metavar="ADDR",

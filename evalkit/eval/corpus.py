@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -35,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.eval.runner import GOOD, script_variants
 from evalkit.eval.score import score
 from evalkit.eval.suite import SUITE_FILES, Suite, load_suite
 from evalkit.store.replace import replace_file
 
-GOOD = "good"
 DEFAULT_OUT = "recordings"
 DEFAULT_SUITES = "suites"
 #: Missions at once: two cores, and the stub MCP server costs ~1 s to start per mission.
@@ -61,8 +60,6 @@ DROPPED_TOP = ("run.json", "report.json", "report.md")
 #: go, and endpoint settings, are the corpus's to decide.
 _ENV_PREFIX = "EVALKIT_"
 _ENV_KEPT = ("EVALKIT_DEBUG",)
-_VARIANT = re.compile(r"^[A-Za-z0-9_-]+$")
-_SCRIPT_SUFFIXES = (".yaml", ".yml", ".json")
 
 #: Writes ``report.json`` and ``report.md`` (the report layer's job, handed in).
 ReportWriter = Callable[[dict[str, Any], Path], Any]
@@ -145,18 +142,11 @@ def variants(suite: Suite) -> list[str]:
     agents = suite.resolve("agents")
     if agents is None or not agents.is_dir():
         raise EvalkitError(f"suite '{suite.name}': agents folder {agents} does not exist")
-    keys = {m.key for m in suite.missions}
-    seen: set[str] = set()
-    for path in agents.iterdir():
-        if not path.is_file() or path.suffix not in _SCRIPT_SUFFIXES:
-            continue
-        key, _, variant = path.stem.partition(".")
-        if key in keys and (not variant or _VARIANT.match(variant)):
-            seen.add(variant or GOOD)
+    seen = script_variants(agents, (m.key for m in suite.missions))
     if not seen:
         raise EvalkitError(f"suite '{suite.name}': {agents} holds no scripted agent for any "
                            "of its missions (<key>.yaml or <key>.<variant>.yaml)")
-    return sorted(seen, key=lambda v: (v != GOOD, v))
+    return seen
 
 
 def plan(suites_dir: Path, names: Sequence[str] = ()) -> list[Target]:

@@ -74,6 +74,23 @@ _REFUSAL = re.compile(r"not available|no such option|unrecognized argument|unkno
 PLANES = ("stub",)
 #: Script file suffixes in a suite's ``agents:`` folder, in lookup order.
 SCRIPT_SUFFIXES = (".yaml", ".yml", ".json")
+#: The agent a mission's ``<key>.yaml`` script is (``<key>.<variant>.yaml`` are the others).
+GOOD = "good"
+_VARIANT = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def script_variants(agents: Path, keys: Iterable[str]) -> list[str]:
+    """The scripted agents a folder holds for missions ``keys``: ``good`` (``<key>.yaml``)
+    first, then every ``<key>.<variant>.yaml`` variant, sorted."""
+    keys = set(keys)
+    seen: set[str] = set()
+    for path in agents.iterdir():
+        if not path.is_file() or path.suffix not in SCRIPT_SUFFIXES:
+            continue
+        key, _, variant = path.stem.partition(".")
+        if key in keys and (not variant or _VARIANT.match(variant)):
+            seen.add(variant or GOOD)
+    return sorted(seen, key=lambda v: (v != GOOD, v))
 
 
 # -- credentials ------------------------------------------------------------------------------
@@ -577,6 +594,14 @@ def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = N
         extra += ["--mcp-stdio", stub_command()]
     if suite.extras.get("profile") is not None:
         extra += ["--profile", str(suite.extras["profile"])]
+    if variant is not None:  # a typo would be N warnings and "nothing to score"
+        held = script_variants(agents, (m.key for m in suite.missions))
+        if variant not in held:
+            stem = "<key>" if variant == GOOD else f"<key>.{variant}"
+            raise EvalkitError(f"suite '{suite.name}': {agents} holds no scripted agent "
+                               f"{stem}.yaml for any mission; --agent takes "
+                               f"{', '.join(held) or 'nothing here'}")
+        variant = None if variant == GOOD else variant
     # Absolute: the agent's working directory may be a staged fixtures folder.
     return Agent(agents=agents.resolve(), variant=variant, extra=tuple(extra),
                  skill=skill.resolve() if skill is not None else None)

@@ -171,6 +171,31 @@ def test_usage_errors(suite: Path, tmp_path: Path, args: list[str], said: str) -
     assert result.exit_code == 2 and said in result.stderr
 
 
+@pytest.mark.parametrize(("variant", "stem"), [("baad", "<key>.baad.yaml"), ("-", "<key>.-.yaml")])
+def test_an_agent_no_mission_has_is_refused_naming_those_there_are(tmp_path: Path, variant: str,
+                                                                   stem: str) -> None:
+    """A typo was one warning per mission and "nothing to score"; now one sentence."""
+    out = tmp_path / "out"
+    result = invoke("run", "--suite", STUB_SUITE, "--out", out, "--agent", variant)
+    assert result.exit_code == 2
+    assert f"holds no scripted agent {stem} for any mission; --agent takes good, bad" \
+        in result.stderr
+    assert "is not run" not in result.stderr and not out.exists()
+
+
+@pytest.mark.slow
+def test_agent_good_names_the_plain_scripts(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``good`` is what run.json and the corpus call ``<key>.yaml``; --agent takes it too."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    result = invoke("run", "--suite", STUB_SUITE, "--out", out, "--split", "test",
+                    "--agent", "good")
+    assert result.exit_code == 0, result.stderr
+    assert read_json(out / "run.json")["agent"] == "good"
+    assert {v["category"] for v in read_json(out / "report.json")["verdicts"]} == {"pass"}
+
+
 def test_a_folder_that_already_holds_runs_is_refused(suite: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     (out / "t0").mkdir(parents=True)
