@@ -282,7 +282,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
             Progress(0, f"measure {suite.name}", enabled=progress) as shown:
         env.update(served.env)
         run = _Runner(jobs, executor, ray_address, shown)
-        _probe(plans, jobs_of, run, warn)
+        _probe(plans, jobs_of, run, warn, repeat)
         rest: list[tuple[RowPlan, int, Job]] = []
         for plan in plans:
             if not plan.ran:
@@ -310,26 +310,29 @@ class _Runner:
         self.workers, self.executor, self.address, self.shown = workers, executor, address, shown
 
     def __call__(self, jobs: list[Job]) -> list[dict[str, Any]]:
-        self.shown.add(len(jobs))
         return execute(jobs, workers=self.workers, executor=self.executor, progress=self.shown,
                        ray_address=self.address)
 
 
 def _probe(plans: list[RowPlan], jobs_of: Callable[[RowPlan, int], list[Job]], run: _Runner,
-           warn: Callable[[str], None]) -> None:
+           warn: Callable[[str], None], repeat: int) -> None:
     """Run each row's first mission (rep 1) and learn whether the agent accepts the row.
 
     A refusal that names --skill on a row that only passed the manifest to strip it
     (direct, swarm, native) is not the row's fault: the row runs without the manifest,
     noted, and is probed again. Any other refusal skips the row — except on the
     baseline, where it means the agent cannot run at all.
+
+    The progress total is every mission the rows plan to run, known once rep 1 is
+    planned: a skipped row takes its missions off it, a probe run again adds one.
     """
     pending = [p for p in plans if p.ran]
-    for _ in range(2):
+    for attempt in range(2):
         probes = []
         for plan in pending:
             first = jobs_of(plan, 1)
             plan.jobs[1] = first
+            run.shown.add(len(first) * repeat if attempt == 0 else min(len(first), 1))
             if first:
                 probes.append((plan, first[0]))
         captures = run([job for _, job in probes])
@@ -352,6 +355,7 @@ def _probe(plans: list[RowPlan], jobs_of: Callable[[RowPlan, int], list[Job]], r
             elif plan.row.name == BASELINE:
                 raise EvalkitError(f"the agent refused the baseline row at startup: {said}")
             else:
+                run.shown.add(1 - len(plan.jobs[1]) * repeat)
                 rep1 = Path(job.out).parent
                 rep1.rename(rep1.parent / "probe")
                 plan.status = "skipped"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -253,6 +254,10 @@ def test_measure_over_the_built_in_runtime_and_scripted_agents(
     matrix = read_json(out / "matrix.json")
     rows = {row["name"]: row for row in matrix["rows"]}
     assert matrix["provenance"]["provider"] == "scripted"
+    # The progress total is the whole plan from the first line on (it grew as rows started).
+    counts = re.findall(r"^\[(\d+)/(\d+)\] ", result.stderr, re.MULTILINE)
+    ran = sum(3 for row in rows.values() if row["status"] == "ran")
+    assert counts == [(str(k), str(ran)) for k in range(1, ran + 1)], result.stderr
     if rows["swarm"]["status"] == "skipped":  # until the runtime lands --swarm
         assert "--swarm" in rows["swarm"]["reason"]
     stats = matrix["statistics"]

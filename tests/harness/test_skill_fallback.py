@@ -4,6 +4,7 @@ runtime command pointed at the foreign agent (told to refuse --skill)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,7 @@ def test_measure_runs_stripping_rows_without_the_manifest_and_skips_grounding_ro
     stats = read_json(out / "matrix.json")["statistics"]
     assert stats["direct"]["test"]["counts"]["pass"] == 3
     assert stats["native"]["test"]["counts"]["pass"] == 3
+    # Probes run again and a skipped row's missions keep the progress total true: it ends full.
+    counts = re.findall(r"^\[(\d+)/(\d+)\] ", result.stderr, re.MULTILINE)
+    assert [int(done) for done, _ in counts] == list(range(1, len(counts) + 1))
+    assert counts[-1] == (str(len(counts)), str(len(counts))), result.stderr
