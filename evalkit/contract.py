@@ -127,7 +127,8 @@ CLI_FLAGS: tuple[dict[str, Any], ...] = (
     _flag("--events", "SINK", "where the stream goes: -, fd:N or a path (append)", harness=True),
     _flag("--control", "SOURCE", "NDJSON commands in: inject, cancel, cancel_step, gate_decision",
           harness=True),
-    _flag("--provider", "NAME", "model backend: openai, scripted or replay", env="EVALKIT_PROVIDER"),
+    _flag("--provider", "NAME", "model backend: openai, scripted or replay (default: scripted "
+          "with --script, else openai)", env="EVALKIT_PROVIDER"),
     _flag("--model", "NAME", "model name sent to the endpoint", env="EVALKIT_MODEL"),
     _flag("--api-base", "URL", "OpenAI-compatible base URL (ends in /v1)", env="EVALKIT_API_BASE"),
     _flag("--api-key", "KEY", "endpoint key; never recorded", env="EVALKIT_API_KEY"),
