@@ -150,9 +150,13 @@ def _whole_writes_to_a_pipe() -> None:
         sys.stdout.flush()
     except (OSError, ValueError, AttributeError):
         return
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(_WholeWrites(sys.stdout.fileno())),
+    raw = _WholeWrites(sys.stdout.fileno())
+    # As Python set it up: unbuffered (PYTHONUNBUFFERED, -u) is a raw binary layer.
+    buffered = isinstance(getattr(sys.stdout, "buffer", None), io.BufferedIOBase)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw) if buffered else raw,  # type: ignore[arg-type]
                                   encoding=sys.stdout.encoding, errors=sys.stdout.errors,
-                                  line_buffering=sys.stdout.line_buffering)
+                                  line_buffering=sys.stdout.line_buffering,
+                                  write_through=getattr(sys.stdout, "write_through", False))
 
 
 def _discard_stdout() -> None:

@@ -63,6 +63,20 @@ def test_a_reader_that_leaves_half_way_through_a_long_output_ends_it_quietly(
     assert reading.stderr.read() == b""
 
 
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_stdout_into_a_pipe_keeps_its_buffering(unbuffered: str) -> None:
+    """The whole-writes stdout put under a pipe keeps Python's own choice: unbuffered
+    (PYTHONUNBUFFERED=1), prose and diagnostics sharing a pipe stay in the order written;
+    buffered, stdout comes at exit, as it would without evalkit."""
+    code = ("import sys; from evalkit import cli; cli._whole_writes_to_a_pipe(); "
+            "print('one'); sys.stderr.write('two\\n'); sys.stderr.flush(); print('three')")
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env, check=True)
+    expected = "one\ntwo\nthree\n" if unbuffered else "two\none\nthree\n"
+    assert done.stdout == expected
+
+
 def test_a_closed_stdout_is_output_thrown_away(tmp_path: Path) -> None:
     command = " ".join([*EVALKIT, "check", "--suite", str(GOOD_SUITE)])
     done = subprocess.run(f"{command} >&-", shell=True, capture_output=True, text=True)
