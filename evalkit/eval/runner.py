@@ -222,9 +222,9 @@ def run_mission(job: Job) -> dict[str, Any]:
             open(out / "stderr.txt", "wb") as stderr:
         stdout_fd, stdout_write = os.pipe()
         stderr_fd, stderr_write = os.pipe()
-        said = Scrubbed(stderr, Redactor(extra_values=job.secrets))
-        drain = Drain({events_fd: Verbatim(events),
-                       stdout_fd: Scrubbed(stdout, Redactor(extra_values=job.secrets)),
+        redactor = Redactor(extra_values=job.secrets)  # one drain thread feeds both outputs
+        said = Scrubbed(stderr, redactor)
+        drain = Drain({events_fd: Verbatim(events), stdout_fd: Scrubbed(stdout, redactor),
                        stderr_fd: said})
         proc = None
         try:

@@ -110,7 +110,8 @@ def _remove_abandoned(out: Path) -> None:
 def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
            batch_bytes: int = BATCH_BYTES, workers: int | None = None,
            derive: Derivation | None = None) -> IngestResult:
-    """Turn every run directory under ``root`` (and events file in it) into a Parquet dataset folder at ``out``.
+    """Turn every run directory under ``root`` (and events file directly in it) into a
+    Parquet dataset folder at ``out``.
 
     Default ``out`` is ``root/dataset.parquet``. Re-ingesting the same runs
     gives the same dataset (no timestamps inside), written to a temporary

@@ -185,7 +185,12 @@ class Batch:
     events_paths: list[str]
 
     def rel(self, name: str) -> list[str]:
-        return [name if run == "." else f"{run}/{name}" for run in self.runs]
+        return [_in_run(run, name) for run in self.runs]
+
+
+def _in_run(run: str, name: str) -> str:
+    """File ``name`` of the run directory ``run`` (relative to root), relative to root."""
+    return name if run == "." else f"{run}/{name}"
 
 
 def load_batch(root: Path, dirs: list[str]) -> Batch:
@@ -201,7 +206,7 @@ def load_batch(root: Path, dirs: list[str]) -> Batch:
         if stream[0] is not None:
             texts = [stream] + [read_text(os.path.join(base, name))
                                 for name in (MODEL_FILE, TOOLS_FILE, META_FILE)]
-            paths.append(EVENTS_FILE if run == "." else f"{run}/{EVENTS_FILE}")
+            paths.append(_in_run(run, EVENTS_FILE))
         elif os.path.isfile(base):  # an events file in the root (``walk``)
             texts = [read_text(base, required=True), (None, 0), (None, 0), (None, 0)]
             paths.append(run)
