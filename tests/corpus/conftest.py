@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,6 @@ from evalkit.eval.corpus import plan
 REPO = Path(__file__).resolve().parents[2]
 SUITES = REPO / "suites"
 RECORDINGS = REPO / "recordings"
-#: The research pack's pages server port (``serve_port`` in its missions.yaml).
-PAGES_PORT = 8808
 
 #: (suite, variant) for every folder the corpus must hold, from the suites themselves.
 TARGETS: list[tuple[str, str]] = [(t.folder, t.variant) for t in plan(SUITES)]
@@ -46,11 +43,6 @@ _FD = re.compile(r"\bfd:\d+\b")
 _ADDRESS = re.compile(r"\b0x[0-9a-f]{6,16}\b")
 #: Timings a tool or the narration printed: "passed in 0.03s", "after 2 step(s) in 0.02 s".
 _SECONDS = re.compile(r"\b\d+(?:\.\d+)?\s?s\b")
-
-
-def port_busy(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def read_json(path: Path) -> Any:

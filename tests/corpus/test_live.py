@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from evalkit.eval.corpus import readme
+from tests._ports import pages_port_turn
 from tests.corpus.conftest import (
     IDS,
-    PAGES_PORT,
     RECORDINGS,
     REPO,
     TARGETS,
@@ -29,24 +29,23 @@ from tests.corpus.conftest import (
     comparable,
     first_difference,
     outcome_of,
-    port_busy,
     read_json,
     relative_files,
 )
 
-#: The pages server listens on one fixed port: every test that starts it runs in one worker.
+#: The pages server listens on one fixed port: every test that starts it runs in one worker
+#: (and takes its turn at the port, see tests/_ports.py).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("corpus_present"),
               pytest.mark.xdist_group("pages-port")]
 
 
 @pytest.fixture(scope="module")
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if port_busy(PAGES_PORT):
-        pytest.skip(f"port {PAGES_PORT} (the research pack's pages server) is in use here")
     out = tmp_path_factory.mktemp("live") / "corpus"
-    done = subprocess.run([sys.executable, "-m", "evalkit.cli", "record-corpus", "--out",
-                           str(out), "--jobs", "2"], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, check=False)
+    with pages_port_turn():
+        done = subprocess.run([sys.executable, "-m", "evalkit.cli", "record-corpus", "--out",
+                               str(out), "--jobs", "2"], cwd=REPO, capture_output=True,
+                              text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(TARGETS)} suite/agent folders" in done.stdout
     return out

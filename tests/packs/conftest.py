@@ -48,11 +48,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def port_busy(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def probe_suite(path: Path, keys: list[str], **top: Any) -> Path:
     """A gradeable suite for the probe agent: ``keys`` (padded to five) train, three ``h*`` test."""
     train = [*keys, *(f"t{i}" for i in range(max(0, 5 - len(keys))))]

@@ -9,13 +9,16 @@ with the runtime's own refusal, so these tests turn on by themselves when it doe
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 
-from tests.packs.conftest import SUITES, invoke, port_busy, verdicts
+from tests._ports import pages_port_turn
+from tests.packs.conftest import SUITES, invoke, verdicts
 
-#: The research pack's pages server listens on one fixed port: its users share a worker.
+#: The research pack's pages server listens on one fixed port: its users share a worker
+#: (and take turns at the port with other test runs on the host, see tests/_ports.py).
 pytestmark = pytest.mark.xdist_group("pages-port")
 
 #: For every bad agent, what its verdict must say (substrings of its reasons).
@@ -57,9 +60,9 @@ NOT_OFFERED = "the tool plane does not offer"
 
 
 def _run(pack: str, out: Path, *agent: str) -> dict[str, dict]:
-    if pack == "research" and port_busy(8808):
-        pytest.skip("port 8808 (the research pack's pages server) is in use on this host")
-    result = invoke("run", "--suite", SUITES / pack, "--out", out, "--jobs", "2", *agent)
+    turn = pages_port_turn() if pack == "research" else contextlib.nullcontext()
+    with turn:
+        result = invoke("run", "--suite", SUITES / pack, "--out", out, "--jobs", "2", *agent)
     for stderr in sorted(out.glob("*/stderr.txt")):
         said = stderr.read_text(encoding="utf-8", errors="replace")
         if NOT_OFFERED in said:

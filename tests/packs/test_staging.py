@@ -18,6 +18,7 @@ import pytest
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging
 from evalkit.eval.suite import SuiteError, load_suite
+from tests._ports import port_busy
 from tests._stream_builders import mission, write_suite
 from tests.packs.conftest import (
     PROBE,
@@ -25,7 +26,6 @@ from tests.packs.conftest import (
     answer_of,
     free_port,
     invoke,
-    port_busy,
     probe_suite,
     read_json,
     verdicts,
