@@ -155,6 +155,8 @@ def test_prompt_names_a_served_tool(tmp_path, prompt, named):
     "The echoes of last year, summarised.",
     "Compute x_add and add_x for me.",         # '_' is part of an identifier
     "Cancel job 7.",                           # not the identifier cancel_job
+    "Open notes.add and read it.",             # after a dot: a file's name, as the seed reads it
+    "Which files end in .echo or .ADD here?",
 ])
 def test_tool_names_count_only_at_identifier_boundaries(tmp_path, prompt):
     assert problems_after(tmp_path, "orient-1", prompt=prompt) == []

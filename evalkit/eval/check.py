@@ -247,6 +247,10 @@ _ASCII_WORDS = bytes(b if re.fullmatch(f"[{_BOUNDARY}]", chr(b)) else 32 for b i
 class _ToolNames:
     """Finds the served tools a prompt names, by full name or last dotted segment,
     ignoring case, only between identifier boundaries (``mcp.add`` is not in ``address``).
+
+    A name right after a dot is not named: ``.git`` or ``fix.patch`` in a prompt
+    is a file, not the ``git`` or ``patch`` tool. The seed harness draws the
+    boundary there too, and its suites must load unchanged.
     """
 
     tools: tuple[str, ...]
@@ -306,7 +310,7 @@ def _tool_matcher(tools: tuple[str, ...]) -> tuple[re.Pattern[str] | None, dict[
     if not every:
         return None, names
     alternation = "|".join(re.escape(n) for n in every)
-    pattern = rf"(?=(?<![{_BOUNDARY}])({alternation})(?![{_BOUNDARY}]))"
+    pattern = rf"(?=(?<![\w.])({alternation})(?!\w))"
     return re.compile(pattern, re.IGNORECASE), names
 
 
