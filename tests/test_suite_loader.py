@@ -141,6 +141,19 @@ def test_seed_style_suite_with_every_field_loads_unchanged():
     assert suite.mission("seed-swarm").flags == ("--swarm",)
 
 
+def test_a_rubric_change_may_be_the_seed_harness_list_of_four(tmp_path):
+    path = write(tmp_path / "s.yaml", "missions: []\nrubric_changes:\n"
+                 "  - [2024-05-01, k1, tightened must, it passed a vague answer]\n"
+                 "  - {date: 2024-06-01, key: k2, what: x, why: y}\n")
+    assert load_suite(path).rubric_changes == (
+        {"date": "2024-05-01", "key": "k1", "what": "tightened must",
+         "why": "it passed a vague answer"},
+        {"date": "2024-06-01", "key": "k2", "what": "x", "why": "y"})
+    three = write(tmp_path / "t.yaml", "missions: []\nrubric_changes:\n  - [2024-05-01, k1, x]\n")
+    assert "rubric change #1 (line 3): must be a mapping of date, key, what and why (or a list " \
+        "of those four), not a list" in str(refused(three))
+
+
 def test_json_and_yaml_load_identically(tmp_path):
     data = yaml.safe_load(GOOD.read_text())
     as_json = write(tmp_path / "good.json", json.dumps(data, default=str, indent=2))
@@ -346,7 +359,7 @@ def test_required_field_without_a_value(tmp_path):
     ("missions: []\nrubric_changes: {date: x}\n", "suite field 'rubric_changes' (line 2):"
      " must be a list of {date, key, what, why}, not a mapping"),
     ("missions: []\nrubric_changes: [x]\n", "rubric change #1 (line 2): must be a mapping of"
-     " date, key, what and why, not a string ('x')"),
+     " date, key, what and why (or a list of those four), not a string ('x')"),
     ("missions: []\nrubric_changes:\n  - {key: 5}\n",
      "rubric change #1 field 'key' (line 3): must be a string, not an integer (5)"),
     ("missions: []\nidentifier_pattern: [x]\n",

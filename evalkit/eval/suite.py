@@ -712,9 +712,12 @@ class _Builder:
             return ()
         changes = []
         for i, item in enumerate(raw):
+            if isinstance(item, list) and len(item) == len(RUBRIC_FIELDS):
+                item = dict(zip(RUBRIC_FIELDS, item, strict=True))  # the seed's list form
             if not isinstance(item, dict):
                 self.problem(f"rubric change #{i + 1}", None, (*steps, i),
-                             f"must be a mapping of date, key, what and why, not {_describe(item)}")
+                             "must be a mapping of date, key, what and why (or a list of those "
+                             f"four), not {_describe(item)}")
                 continue
             change = {str(k): _plain_date(v) for k, v in item.items()}
             for name in RUBRIC_FIELDS:
