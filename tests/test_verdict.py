@@ -100,10 +100,10 @@ def test_answer_regexes_search_the_last_answer():
         "no answer was recorded; this mission checks the answer text"]
     textless = [started(), step(1), {"event": "answer", "text": None, "outcome": "answered"},
                 finished()]
-    found = verdict(textless, answer_must_not_match=("x",))
-    assert found.reasons == [
-        "the answer record carries no text; this mission checks the answer text"]
-    assert found.checks == ["answer"] and check_of(found.reasons[0]) == "answer"
+    assert verdict(textless, answer_must_not_match=("x",)).passed  # searched as empty text
+    found = verdict(textless, answer_must_match=("x", "^$"), answer_must_not_match=("x",))
+    assert found.reasons == ["the answer does not match /x/"]
+    assert found.checks == ["answer_must_match"] == [check_of(r) for r in found.reasons]
 
 
 def test_rejected_replies_and_staging():

@@ -172,10 +172,10 @@ def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
         return []
     if not s.answered:
         return [("answer", "no answer was recorded; this mission checks the answer text")]
-    if s.answer is None:
-        return [("answer", "the answer record carries no text; this mission checks the answer text")]
     found: list[tuple[str, str]] = []
-    answer = s.answer
+    # An answer record whose text is null is searched as empty text: what must
+    # match does not, and nothing it must not match is there (the seed's reading).
+    answer = s.answer if s.answer is not None else ""
     # Lowered once for every pattern that ignores case (None: not ASCII, a regex must fold).
     lowered = (answer.lower() if answer.isascii() else None) if any(
         p.startswith("(?i)") for p in patterns) else _UNSET
