@@ -141,6 +141,12 @@ def test_seed_style_suite_with_every_field_loads_unchanged():
     assert suite.mission("seed-swarm").flags == ("--swarm",)
 
 
+def test_an_unquoted_number_or_date_in_a_list_reads_as_its_text(tmp_path):
+    path = write(tmp_path / "s.yaml", "missions:\n  - key: k\n    flag: state\n"
+                 "    prompt: p\n    answer_must_match: [1284, 18.4, 2024-05-01, '007']\n")
+    assert load_suite(path).missions[0].answer_must_match == ("1284", "18.4", "2024-05-01", "007")
+
+
 def test_a_rubric_change_may_be_the_seed_harness_list_of_four(tmp_path):
     path = write(tmp_path / "s.yaml", "missions: []\nrubric_changes:\n"
                  "  - [2024-05-01, k1, tightened must, it passed a vague answer]\n"
@@ -287,7 +293,7 @@ missions:
     flag: orientation
     prompt: hello
     flags: --swarm
-    must: [fine, 3]
+    must: [fine, yes]
     expect_tools: [mcp.echo]
   - key: m2
     flag: state
@@ -311,8 +317,7 @@ def test_ten_mistakes_are_ten_problems_in_one_message(tmp_path):
         " write ['mcp.echo']",
         "mission 'm1' field 'flags' (line 8): must be a list of strings, not a string"
         " ('--swarm'); write ['--swarm']",
-        "mission 'm1' field 'must' (line 9): item 2 must be a string, not an integer (3);"
-        " quote it",
+        "mission 'm1' field 'must' (line 9): item 2 must be a string, not a boolean (True)",
         "mission 'm1' field 'expect_tools' (line 10): unknown field;"
         " did you mean 'expects_tools'?",
         "mission 'm2' field 'must_not_stage' (line 13): must be true or false,"

@@ -44,6 +44,7 @@ from __future__ import annotations
 import datetime as _dt
 import difflib
 import json
+import math
 import re
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -475,6 +476,25 @@ def _describe(value: Any) -> str:
     return name
 
 
+def _as_text(item: Any) -> str | None:
+    """A list-of-strings item as its text, or None when it cannot be one.
+
+    An unquoted number or date in such a list (``- 1284``, ``- 2024-05-01``)
+    reads as the text written, as the seed harness reads it; its suites must
+    load unchanged. true/false (YAML's yes, no, on, off) are refused: nobody
+    writing ``- yes`` meant the text "True".
+    """
+    if isinstance(item, str):
+        return item
+    if isinstance(item, bool):
+        return None
+    if isinstance(item, int) or (isinstance(item, float) and math.isfinite(item)):
+        return str(item)
+    if isinstance(item, _dt.date):
+        return _plain_date(item)
+    return None
+
+
 def _plain_date(value: Any) -> Any:
     """YAML reads 2024-05-01 as a date; JSON cannot. Store both as the same text."""
     return value.isoformat() if isinstance(value, _dt.date) else value
@@ -540,14 +560,15 @@ class _Builder:
             self.problem(where, name, steps, f"must be a string, not {_describe(value)}{hint}")
         elif kind == _STRS:
             if isinstance(value, list):
-                ok = True
+                ok, items = True, []
                 for i, item in enumerate(value):
-                    if not isinstance(item, str):
+                    text = _as_text(item)
+                    if text is None:
                         ok = False
-                        hint = "; quote it" if isinstance(item, (int, float, _dt.date)) else ""
                         self.problem(where, name, (*steps, i),
-                                     f"item {i + 1} must be a string, not {_describe(item)}{hint}")
-                return ok, tuple(value)
+                                     f"item {i + 1} must be a string, not {_describe(item)}")
+                    items.append(text)
+                return ok, tuple(items)
             hint = f"; write [{value!r}]" if isinstance(value, str) and len(value) <= 40 else ""
             self.problem(where, name, steps,
                          f"must be a list of strings, not {_describe(value)}{hint}")
