@@ -480,8 +480,8 @@ def _as_text(item: Any) -> str | None:
     """A list-of-strings item as its text, or None when it cannot be one.
 
     An unquoted number or date in such a list (``- 1284``, ``- 2024-05-01``)
-    reads as the text written, as the seed harness reads it; its suites must
-    load unchanged. true/false (YAML's yes, no, on, off) are refused: nobody
+    reads as the text of its value (``- 18.40`` is "18.4"), as the seed harness
+    reads it; its suites must load unchanged. true/false (YAML's yes, no, on, off) are refused: nobody
     writing ``- yes`` meant the text "True".
     """
     if isinstance(item, str):
