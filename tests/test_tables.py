@@ -110,7 +110,7 @@ def test_corpus_checks_that_matter(tmp_path: Path) -> None:
     assert got["blank_only/events.jsonl"].skipped == 6
     big = got["nan_ish/events.jsonl"]
     assert big.steps == 2**60 + 1 and big.repairs == 2**62 + 3
-    assert got["repeats/events.jsonl"].run_id == "first"
+    assert got["repeats/events.jsonl"].run_id == "second"  # the last start, as the last finish
     assert got["repeats/events.jsonl"].outcome == "answered"
 
 

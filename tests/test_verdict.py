@@ -148,6 +148,14 @@ def test_kpis_come_from_the_stream_and_absent_values_are_null():
     assert verdict(good_run()).kpis["protocol"] == "json"
 
 
+def test_two_missions_in_one_file_are_read_as_the_later_one():
+    records = [started(run_id="run_a", profile="dev"), finished("incomplete"),
+               started(run_id="run_b", protocol="native"), answer("done"), finished()]
+    k = verdict(records).kpis
+    assert (k["run_id"], k["protocol"], k["profile"], k["outcome"]) == (
+        "run_b", "native", "safe", "answered")
+
+
 def test_every_reason_names_the_check_that_wrote_it():
     from evalkit.eval.verdict import CHECKS
 

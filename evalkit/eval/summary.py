@@ -41,7 +41,8 @@ class RunSummary:
     #: Records that do not conform, and the first few problems as "line N: problem".
     nonconforming: int = 0
     problems: tuple[str, ...] = ()
-    # From the first mission_started.
+    # From the last mission_started (two missions appended to one file: the later one,
+    # whose mission_finished the outcome comes from; a resume writes no second one).
     started: bool = False
     run_id: str | None = None
     protocol: str | None = None
@@ -172,7 +173,7 @@ def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None 
             _grounding(s, record)
         elif event == "mission_finished":
             _finish(s, record)
-        elif event == "mission_started" and not s.started:
+        elif event == "mission_started":
             _start(s, record)
     s.records = seen
     s.stagnation, s.stagnation_step = first_firing(watch.firings)

@@ -81,8 +81,8 @@ SELECT r.events_path,
     (list({{'line': e.line, 'problems': e.problems}} ORDER BY e.line)
         FILTER (WHERE len(e.problems) > 0))[1:{PROBLEMS_QUOTED}] AS problems,
     bool_or(e.event = 'mission_started') AS started,
-    arg_min({{'run_id': e.run_id, 'protocol': e.protocol, 'profile': e.profile,
-              'sandbox': e.sandbox}}, e.line) FILTER (WHERE e.event = 'mission_started') AS first_start,
+    arg_max({{'run_id': e.run_id, 'protocol': e.protocol, 'profile': e.profile,
+              'sandbox': e.sandbox}}, e.line) FILTER (WHERE e.event = 'mission_started') AS last_start,
     bool_or(e.event = 'mission_finished') AS finished,
     arg_max({{'outcome': e.outcome, 'reason': e.reason, 'steps': e.steps,
               'max_steps': e.max_steps, 'elapsed_s': e.elapsed_s, 'budget': e.budget_which,
@@ -136,7 +136,7 @@ def _summary(row: dict[str, Any], exact: dict[tuple[str, int], dict[str, Any]]) 
             if len(quoted) < PROBLEMS_QUOTED:
                 quoted.append(f"line {item['line']}: {problem}")
     s.problems = tuple(quoted)
-    start = row["first_start"]
+    start = row["last_start"]
     if start is not None:
         s.started = True
         s.run_id, s.protocol = text(start["run_id"]), text(start["protocol"])
@@ -217,7 +217,7 @@ def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, RunSummary]:
 
 #: Bump when the fold's meaning changes without a RunSummary field changing;
 #: a change of fields changes ``summary_version()`` by itself.
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 SUMMARIES = "summaries"
 _TUPLE_FIELDS = ("problems", "tools_called", "gate_tools", "rejected_tools")
 
