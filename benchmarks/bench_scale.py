@@ -42,8 +42,10 @@ def replicate(base: Path, times: int) -> Path:
     info = json.loads((base / "synth.json").read_text())
     folder = OUT / f"n{info['n'] * times}-r{info['records']}-replicated"
     dataset = folder / "dataset.parquet"
-    if (dataset / "dataset.json").is_file():
-        return folder
+    base_manifest = json.loads((base / "dataset.parquet" / "dataset.json").read_text())
+    if (dataset / "dataset.json").is_file() and json.loads(
+            (dataset / "dataset.json").read_text()).get("summaries") == base_manifest.get("summaries"):
+        return folder  # made from a dataset whose summaries the same fold kept
     shutil.rmtree(folder, ignore_errors=True)
     dataset.mkdir(parents=True)
     suite = json.loads((base / "suite.yaml").read_text())
@@ -53,7 +55,7 @@ def replicate(base: Path, times: int) -> Path:
     (folder / "suite.yaml").write_text(json.dumps(suite), encoding="utf-8")
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
-    manifest = json.loads((base / "dataset.parquet" / "dataset.json").read_text())
+    manifest = base_manifest
     for table, columns in KEYED.items():
         source = base / "dataset.parquet" / f"{table}.parquet"
         if not source.is_file():
@@ -79,6 +81,11 @@ def main() -> None:
     base = OUT / args.base
     if not (base / "dataset.parquet" / "dataset.json").is_file():
         raise SystemExit(f"{base} has no dataset: run bench_scoring.py --sizes 100000 first")
+    from evalkit.eval.tables import stored_summaries_current
+
+    if not stored_summaries_current(base / "dataset.parquet"):
+        raise SystemExit(f"{base}'s dataset keeps summaries of an older fold (scoring it would "
+                         "re-aggregate the events): run bench_scoring.py --sizes 100000 again")
     folder = replicate(base, args.times)
     n = len(json.loads((folder / "suite.yaml").read_text())["missions"])
     evalkit = [sys.executable, "-c", "import sys; from evalkit.cli import main; sys.exit(main())"]
