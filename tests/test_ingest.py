@@ -103,6 +103,10 @@ def test_model_and_tool_calls_are_ingested(tmp_path: Path) -> None:
     write_run(tmp_path / "runs" / "r", [bare(started()), bare(finished())],
               meta={"run_id": "run_meta", "meta": {"objective": "o"}}, model=model, tools=tools)
     write_run(tmp_path / "runs" / "none", [bare(finished())])
+    write_run(tmp_path / "runs" / "two", [bare(started(run_id="first", objective="a")),
+                                          bare(finished("incomplete")),
+                                          bare(started(run_id="second", objective="b")),
+                                          bare(finished())])
     out = ingest(tmp_path / "runs").out
     (m,) = _rows(out, "model_calls")
     assert (m["run"], m["path"], m["call"], m["kind"], m["content"], m["total_tokens"]) == (
@@ -115,6 +119,8 @@ def test_model_and_tool_calls_are_ingested(tmp_path: Path) -> None:
     assert json.loads(runs["r"]["meta"])["run_id"] == "run_meta"
     assert runs["none"]["meta"] is None and runs["none"]["run_id"] is None
     assert runs["r"]["finished"] and runs["r"]["outcome"] == "answered"
+    two = runs["two"]  # two missions appended to one file: the later one is the run
+    assert (two["run_id"], two["objective"], two["outcome"]) == ("second", "b", "answered")
 
 
 def test_empty_root_gives_empty_tables_with_their_schema(tmp_path: Path) -> None:

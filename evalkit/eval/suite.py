@@ -481,8 +481,8 @@ def _as_text(item: Any) -> str | None:
 
     An unquoted number or date in such a list (``- 1284``, ``- 2024-05-01``)
     reads as the text of its value (``- 18.40`` is "18.4"), as the seed harness
-    reads it; its suites must load unchanged. true/false (YAML's yes, no, on, off) are refused: nobody
-    writing ``- yes`` meant the text "True".
+    reads it; its suites must load unchanged. true and false (YAML's yes, no,
+    on, off) are refused: nobody writing ``- yes`` meant the text "True".
     """
     if isinstance(item, str):
         return item

@@ -71,9 +71,11 @@ def _meta_fields(meta: str | None) -> tuple[str | None, str | None]:
 
 def _runs_table(events: pa.Table, batch: Batch, rels: list[str],
                 counts: dict[str, np.ndarray]) -> pa.Table:
-    """One row per run: its line counts; run_id and objective from its first
+    """One row per run: its line counts; run_id and objective from its last
     mission_started record (else from meta.json); whether it has a mission_finished
-    record and the outcome of the last. ``events`` rows are in (fid, line) order."""
+    record and the outcome of the last (two starts: two missions appended to one
+    file, and the later one is the run, as the summaries read it). ``events`` rows
+    are in (fid, line) order."""
     started: dict[int, tuple[str | None, str | None]] = {}
     outcome: dict[int, str | None] = {}
     kinds = events.column("event").to_pylist()
@@ -83,7 +85,7 @@ def _runs_table(events: pa.Table, batch: Batch, rels: list[str],
         for fid, event, run_id, objective, out in zip(*wanted.to_pydict().values(),
                                                       strict=True):
             if event == "mission_started":
-                started.setdefault(fid, (run_id, objective))
+                started[fid] = (run_id, objective)
             else:
                 outcome[fid] = out
     rows = []
