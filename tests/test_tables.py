@@ -98,7 +98,8 @@ def test_corpus_checks_that_matter(tmp_path: Path) -> None:
     write_corpus(runs)
     got = summaries_via_duckdb(runs, sorted(runs.glob("*/events.jsonl")))
     every = got["every_event/events.jsonl"]
-    assert every.finished and every.outcome == "budget_exhausted" and every.budget == "steps"
+    assert every.finished and every.outcome == "budget_exhausted" and every.budget == {
+        "which": "steps", "limit": 8, "spent": 8}
     assert every.staged and every.injected == 1 and every.refusals == 1
     assert every.rejected_tools == ("mcp.x",) and every.gate_tools == ("mcp.b",)
     assert every.grounding_records == 2 and every.repairs == 2 and every.protocol == "native"

@@ -148,6 +148,13 @@ def test_kpis_come_from_the_stream_and_absent_values_are_null():
     assert verdict(good_run()).kpis["protocol"] == "json"
 
 
+def test_the_budget_kpi_is_the_budget_as_recorded():
+    ran_out = {"which": "seconds", "limit": 30, "spent": 31.2}
+    records = [started(), step(1), finished("budget_exhausted", budget=ran_out)]
+    assert verdict(records).kpis["budget"] == ran_out
+    assert verdict(good_run()).kpis["budget"] is None
+
+
 def test_two_missions_in_one_file_are_read_as_the_later_one():
     records = [started(run_id="run_a", profile="dev"), finished("incomplete"),
                started(run_id="run_b", protocol="native"), answer("done"), finished()]

@@ -55,7 +55,8 @@ class RunSummary:
     steps: int | float | None = None
     max_steps: int | float | None = None
     elapsed_s: int | float | None = None
-    budget: str | None = None
+    #: ``mission_finished.budget`` as recorded: ``{which, limit, spent}`` (any JSON value).
+    budget: Any = None
     prompt_tokens: int | float | None = None
     completion_tokens: int | float | None = None
     total_tokens: int | float | None = None
@@ -262,8 +263,7 @@ def _finish(s: RunSummary, record: Mapping[str, Any]) -> None:
     s.steps = number(record.get("steps"))
     s.max_steps = number(record.get("max_steps"))
     s.elapsed_s = number(record.get("elapsed_s"))
-    budget = record.get("budget")
-    s.budget = text(budget.get("which")) if isinstance(budget, dict) else text(budget)
+    s.budget = record.get("budget")  # {which, limit, spent}, as recorded
     usage = record.get("usage")
     usage = usage if isinstance(usage, dict) else {}
     s.prompt_tokens = number(usage.get("prompt_tokens"))

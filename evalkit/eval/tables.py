@@ -85,10 +85,11 @@ SELECT r.events_path,
               'sandbox': e.sandbox}}, e.line) FILTER (WHERE e.event = 'mission_started') AS last_start,
     bool_or(e.event = 'mission_finished') AS finished,
     arg_max({{'outcome': e.outcome, 'reason': e.reason, 'steps': e.steps,
-              'max_steps': e.max_steps, 'elapsed_s': e.elapsed_s, 'budget': e.budget_which,
+              'max_steps': e.max_steps, 'elapsed_s': e.elapsed_s,
               'prompt_tokens': e.prompt_tokens, 'completion_tokens': e.completion_tokens,
               'total_tokens': e.total_tokens, 'calls': e.calls, 'cost': e.cost,
               'exact_line': CASE WHEN {_big(f'e.{c}' for c in _NUMBERS_FINISHED)}
+                                   OR json_extract(e.record, '$.budget') IS NOT NULL
                             THEN e.line END}}, e.line)
         FILTER (WHERE e.event = 'mission_finished') AS last_finish,
     count(e.line) FILTER (WHERE e.event = 'step_started') AS steps_started,
@@ -126,7 +127,8 @@ def _summary(row: dict[str, Any], exact: dict[tuple[str, int], dict[str, Any]]) 
     """One aggregate row -> RunSummary, through summary.py's normalisation functions.
 
     ``exact`` holds the records (by events path and line) whose numbers a DOUBLE
-    column may have rounded; those are read from the record itself.
+    column may have rounded, and the mission_finished records carrying a budget
+    (kept as recorded, which no column holds); those are read from the record itself.
     """
     s = RunSummary(source=row["events_path"], records=row["records"], skipped=row["skipped"])
     s.nonconforming = row["nonconforming"]
@@ -148,7 +150,6 @@ def _summary(row: dict[str, Any], exact: dict[tuple[str, int], dict[str, Any]]) 
         else:
             s.finished = True
             s.outcome, s.reason = text(finish["outcome"]), text(finish["reason"])
-            s.budget = text(finish["budget"])
             s.steps, s.max_steps = number(finish["steps"]), number(finish["max_steps"])
             s.elapsed_s = number(finish["elapsed_s"])
             s.prompt_tokens = number(finish["prompt_tokens"])
@@ -196,7 +197,7 @@ def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, RunSummary]:
               for item in (row["last_finish"], row["last_verdict"])
               if item is not None and item["exact_line"] is not None]
     exact: dict[tuple[str, int], dict[str, Any]] = {}
-    if wanted:  # rare: only runs with numbers at or past 2**53
+    if wanted:  # rare: runs with numbers at or past 2**53, or a budget that ran out
         con.register("exact_wanted", pa.table({"p": [p for p, _ in wanted],
                                                "l": [line for _, line in wanted]}))
         try:
