@@ -218,7 +218,7 @@ def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, RunSummary]:
 
 #: Bump when the fold's meaning changes without a RunSummary field changing;
 #: a change of fields changes ``summary_version()`` by itself.
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 SUMMARIES = "summaries"
 _TUPLE_FIELDS = ("problems", "tools_called", "gate_tools", "rejected_tools")
 
