@@ -281,8 +281,7 @@ REFERENCE_RUNS_PER_S, REFERENCE_MB_PER_S = 6000.0, 64.0
 
 def targets(results: dict[int, dict[str, tuple]]) -> list[str]:
     """Issue 2's targets against what was measured: as measured, then with each bar moved
-    by how fast this machine ran the reference scorer (a) at the largest N measured
-    (where its start-up counts least)."""
+    by how fast this machine ran the reference scorer (a)."""
     reference = "(a) reference json.loads"
     sized = [n for n in sorted(results) if reference in results[n]]
     if not sized:
