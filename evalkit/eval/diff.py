@@ -35,7 +35,8 @@ FAIL_ON = ("never", "regressions", "any")
 RunKey = tuple[str, str, str]
 
 #: Each verdict reason sentence (see evalkit.eval.verdict) -> the check that wrote it.
-#: Order matters: the first pattern that matches names the check.
+#: Order matters: the first pattern that matches names the check. Sentences evalkit no
+#: longer writes ("the answer record carries no text") stay, for reports written before.
 CHECK_OF_REASON: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), check) for pattern, check in (
         (r"^infrastructure error: ", "infra"),

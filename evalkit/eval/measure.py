@@ -332,7 +332,7 @@ def _probe(plans: list[RowPlan], jobs_of: Callable[[RowPlan, int], list[Job]], r
         for plan in pending:
             first = jobs_of(plan, 1)
             plan.jobs[1] = first
-            run.shown.add(len(first) * repeat if attempt == 0 else min(len(first), 1))
+            run.shown.add(len(first) * repeat if attempt == 0 else (1 if first else 0))
             if first:
                 probes.append((plan, first[0]))
         captures = run([job for _, job in probes])
