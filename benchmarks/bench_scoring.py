@@ -57,6 +57,67 @@ for path in sorted(Path(sys.argv[1]).glob("*/*/events.jsonl")):
 print(records)
 """
 
+#: The plain per-run scorer issue 2 sets the bar with: stdlib only, one process, each
+#: mission's stream read line by line and folded into the few facts its checks need
+#: (tools called, outcome, answer, grounding, rejected replies, staging), then judged.
+PLAIN_SCORER = r"""
+import json, os, re, sys
+with open(sys.argv[1], encoding="utf-8") as handle:
+    suite = json.load(handle)
+runs = sys.argv[2]
+passed = 0
+for m in suite["missions"]:
+    tools, outcome, answer, grounded, rejected, staged = set(), None, None, None, 0, False
+    folder = os.path.join(runs, m["key"])
+    for run in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        try:
+            handle = open(os.path.join(folder, run, "events.jsonl"), encoding="utf-8",
+                          errors="replace")
+        except OSError:
+            continue
+        with handle:
+            for line in handle:
+                try:
+                    value = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(value, dict):
+                    continue
+                record = value.get("record", value)
+                event = record.get("event")
+                if event == "tool_call":
+                    tools.add(record.get("tool"))
+                elif event == "mission_finished":
+                    outcome = record.get("outcome")
+                elif event == "answer":
+                    answer = record.get("text") or ""
+                elif event == "grounding":
+                    grounded = record.get("grounded")
+                elif event == "reply_rejected":
+                    rejected += 1
+                elif event == "step_started" and record.get("plan"):
+                    staged = True
+    ok = outcome is not None
+    ok = ok and all(t in tools for t in m.get("expects_tools", ()))
+    ok = ok and not any(t in tools for t in m.get("forbids_tools", ()))
+    wanted = m.get("expects_outcome")
+    if wanted is not None:
+        ok = ok and (outcome == wanted or m.get("expects_caveat_ok") and outcome == "answered_with_caveat")
+    if m.get("expects_grounded") is not None:
+        ok = ok and grounded is m["expects_grounded"]
+    patterns = (m.get("answer_must_match") or []) + (m.get("answer_must_not_match") or [])
+    if patterns:
+        ok = ok and answer is not None
+        ok = ok and all(re.search(p, answer or "") for p in m.get("answer_must_match") or [])
+        ok = ok and not any(re.search(p, answer or "") for p in m.get("answer_must_not_match") or [])
+    if m.get("max_reply_rejected") is not None:
+        ok = ok and rejected <= m["max_reply_rejected"]
+    if m.get("must_not_stage"):
+        ok = ok and not staged
+    passed += bool(ok)
+print(passed, len(suite["missions"]))
+"""
+
 SUMMARIES = r"""
 import sys
 from pathlib import Path
@@ -242,6 +303,8 @@ def bench(n: int, records: int, only: str | None = None, repeat: int = 1) -> lis
     score = [*evalkit, "score", "--suite", suite, "--json", "--allow-failures"]
     phases = [
         ("(a) reference json.loads", [sys.executable, "-c", REFERENCE, runs], events_mb),
+        ("(a') plain per-run scorer", [sys.executable, "-c", PLAIN_SCORER, suite, runs],
+         events_mb),
         ("(b) score jsonl --engine python", [*score, "--runs", runs, "--engine", "python"],
          events_mb),
         ("(b') score jsonl --engine duckdb", [*score, "--runs", runs, "--engine", "duckdb"],
