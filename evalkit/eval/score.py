@@ -82,9 +82,13 @@ def tally_halves(verdicts: Iterable[Verdict], split: str) -> HalfTotals:
     found: HalfTotals = {half: (_Totals(), {}) for half in SPLITS if split in ("all", half)}
     for v in verdicts:
         if v.split in found:
-            whole, flags = found[v.split]
-            whole.add(v)
+            flags = found[v.split][1]
             (flags.get(v.flag) or flags.setdefault(v.flag, _Totals())).add(v)
+    # Each verdict has one flag, so a half's totals are its flags' (exact: see _Totals),
+    # added up once here rather than verdict by verdict.
+    for whole, flags in found.values():
+        for each in flags.values():
+            whole.merge(each)
     return found
 
 
