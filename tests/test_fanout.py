@@ -116,11 +116,15 @@ def test_missing_and_nested_runs_are_found_as_the_one_process_path_finds_them(
         events.rename(target)
         if depth:
             target.rename(target.with_name("events.jsonl"))
+    # One mission's folder holds two runs: the one first in glob order is scored.
+    twice = sorted(runs.iterdir())[11]
+    shutil.copytree(next(sorted(runs.iterdir())[12].glob("*/")), twice / "0-first")
     dataset = tmp_path / "dataset.parquet"
     ingest(runs, dataset)
     suite = corpus / "suite.yaml"
     want = _serial(suite, dataset, "all")
     assert b"not run" in want[0] and b"no stream: no events.jsonl in " in want[0]
+    assert f'"{twice.name}/0-first/events.jsonl"'.encode() in want[0]
     assert _fanned(suite, dataset, "all", 2) == want
     assert _fanned(suite, runs, "all", 2) == _serial(suite, runs, "all")
     # and the dataset words each mission as scoring the folder itself does

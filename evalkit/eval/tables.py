@@ -46,6 +46,7 @@ from evalkit.eval.summary import (
     summarize,
 )
 from evalkit.store import dataset as ds
+from evalkit.store.layout import resolve_relative
 from evalkit.store.reader import parse_text
 from evalkit.store.values import flag, number, text
 
@@ -450,7 +451,17 @@ class KeptSummaries:
         # inherit a thread pool it cannot use.
         paths = self._file.read(columns=["events_path"], use_threads=False).column(0)
         self.paths: list[str] = paths.to_pylist()
-        self.row = {path: i for i, path in enumerate(self.paths)}
+        # Mission folder -> row. Built before forking and so on one core: at a million
+        # runs, a dict of lists per folder took a second there; the usual dataset has
+        # one run per folder, and only a folder with several gets a list.
+        folders = [path.split("/", 1)[0] for path in self.paths]
+        self._row = dict(zip(folders, range(len(folders)), strict=True))
+        self._rows: dict[str, list[int]] = {}
+        if len(self._row) != len(folders):
+            for row, folder in enumerate(folders):
+                self._rows.setdefault(folder, []).append(row)
+            for folder in [f for f, rows in self._rows.items() if len(rows) == 1]:
+                del self._rows[folder]
         self._starts: list[int] = []
         start = 0
         for group in range(self._file.metadata.num_row_groups):
@@ -459,12 +470,26 @@ class KeptSummaries:
         self._groups: dict[int, tuple[memoryview, list[int]]] = {}
         self._dropped = 0
 
-    def under(self) -> dict[str, list[str]]:
-        """Mission folder -> the events paths below it."""
-        return by_mission_folder(self.paths)
+    def find(self, key: str) -> tuple[str, int] | None:
+        """The events path mission ``key`` is scored from (``resolve_relative``'s pick
+        among those in its folder) and its row, or None when it has none."""
+        rows = self._rows.get(key)
+        if rows is None:
+            row = self._row.get(key)
+            if row is None:
+                return None
+            path = self.paths[row]
+            return (path, row) if resolve_relative(key, [path]) is not None else None
+        paths = [self.paths[row] for row in rows]
+        path = resolve_relative(key, paths)
+        return (path, rows[paths.index(path)]) if path is not None else None
 
     def get(self, path: str) -> RunSummary:
-        row = self.row[path]
+        """The summary kept for ``path`` (a row ``find`` has not given: a search)."""
+        return self.summary(self.paths.index(path), path)
+
+    def summary(self, row: int, path: str) -> RunSummary:
+        """The summary kept in ``row``, whose events path is ``path``."""
         group = bisect.bisect_right(self._starts, row) - 1
         found = self._groups.get(group)
         if found is None:

@@ -58,7 +58,6 @@ from evalkit.report.markdown import (
     render_verdicts,
 )
 from evalkit.store import leftovers
-from evalkit.store.layout import resolve_relative
 
 if TYPE_CHECKING:
     from evalkit.eval.tables import KeptSummaries
@@ -93,17 +92,18 @@ class _FromDataset:
         from evalkit.eval.tables import without_stream
 
         self.where = dataset_where(dataset)
-        self.kept, self.under = kept, kept.under()
+        self.kept = kept
         #: Mission folders that were there but held no stream.
         self.bare = without_stream(dataset)
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The mission's verdict, and whether anything was where its run would be."""
-        rel = resolve_relative(m.key, self.under.get(m.key, ()))  # as score._score_dataset
-        if rel is None:
+        found = self.kept.find(m.key)  # as score._score_dataset
+        if found is None:
             return (judge(m, None, missing=missing_from_dataset(m.key, self.bare)),
                     m.key in self.bare)
-        return judge(m, self.kept.get(rel), source=rel), True
+        rel, row = found
+        return judge(m, self.kept.summary(row, rel), source=rel), True
 
 
 class _FromRuns:
