@@ -329,7 +329,7 @@ def bench(n: int, records: int, only: str | None = None, repeat: int = 1) -> lis
         wall, rss, tree, out = min(measure_tree(argv) for _ in range(repeat))
         note = f"{mb:.0f} MB {'all JSONL' if mb == all_mb else 'events'}" if mb else ""
         rows.append((name, wall, n / wall, mb / wall, rss, tree, note))
-        if name.startswith("(") and "score" in name:
+        if argv[:len(score)] == score:  # the phases that print a score report
             reports[name] = json.loads(out)
     verdicts = {json.dumps(r, sort_keys=True) for r in reports.values()}
     if len(verdicts) != 1:
