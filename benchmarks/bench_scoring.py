@@ -323,6 +323,7 @@ def bench(n: int, records: int, only: str | None = None, repeat: int = 1) -> lis
     ]
     rows = []
     reports = {}
+    plain_passed: int | None = None
     for name, argv, mb in phases:
         if only is not None and only not in name:
             continue
@@ -331,9 +332,15 @@ def bench(n: int, records: int, only: str | None = None, repeat: int = 1) -> lis
         rows.append((name, wall, n / wall, mb / wall, rss, tree, note))
         if argv[:len(score)] == score:  # the phases that print a score report
             reports[name] = json.loads(out)
+        elif name.startswith("(a')"):
+            plain_passed = int(out.split()[0])
     verdicts = {json.dumps(r, sort_keys=True) for r in reports.values()}
     if len(verdicts) != 1:
         print(f"WARNING: the scoring paths disagree at N={n}", file=sys.stderr)
+    passed = {sum(v["passed"] for v in r["verdicts"]) for r in reports.values()}
+    if plain_passed is not None and passed and passed != {plain_passed}:
+        print(f"WARNING: the plain scorer passes {plain_passed} missions at N={n}, "
+              f"evalkit {sorted(passed)}: it is not judging the same thing", file=sys.stderr)
     return rows
 
 

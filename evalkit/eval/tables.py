@@ -460,8 +460,6 @@ class KeptSummaries:
         if len(self._row) != len(folders):
             for row, folder in enumerate(folders):
                 self._rows.setdefault(folder, []).append(row)
-            for folder in [f for f, rows in self._rows.items() if len(rows) == 1]:
-                del self._rows[folder]
         self._starts: list[int] = []
         start = 0
         for group in range(self._file.metadata.num_row_groups):
