@@ -215,7 +215,8 @@ def _cell_problem(cell: dict[str, Any]) -> str | None:
     for key, mission in per_mission.items():
         if not isinstance(mission, dict):
             return f"per_mission[{key!r}] {_shown(mission)}, not an object"
-        if mission.get("stability") not in STATUS_OF_STABILITY:
+        stability = mission.get("stability")
+        if not isinstance(stability, str) or stability not in STATUS_OF_STABILITY:
             return (f"{_field(mission, 'stability', f'per_mission[{key!r}].')}, not one of "
                     f"{', '.join(STATUS_OF_STABILITY)}")
     versus = cell.get("vs_baseline")

@@ -86,6 +86,8 @@ DAMAGE: dict[str, tuple[Callable[[dict], dict], str]] = {
                                      f"{TRAIN} have no pass_hat_k['3'] for its repeat 3"),
     "stability unknown": (_at(*CELL, "per_mission", "t2", "stability", value="sometimes"),
                           f"{TRAIN} have per_mission['t2'].stability \"sometimes\", not one of"),
+    "stability a list": (_at(*CELL, "per_mission", "t2", "stability", value=[]),
+                         f"{TRAIN} have per_mission['t2'].stability [], not one of"),
     "vs_baseline a list": (_at(*CELL, "vs_baseline", value=[]),
                            f"{TRAIN} have vs_baseline [], not null or an object"),
     "p_value 7": (_at(*CELL, "vs_baseline", "p_value", value=7),
