@@ -76,3 +76,15 @@ def mission(key: str, flag: str = "chaining", split: str = "train", **machine: A
     return {"key": key, "flag": flag, "split": split, "prompt": f"Work out the sum for case {key}.",
             "must": ["states the sum"], "must_not": ["invents a figure"],
             "because": "sums are the simplest chain", **machine}
+
+
+def padded(missions: list[dict], flag: str = "chaining") -> list[dict]:
+    """``missions`` and as few more as make the suite pass check's split rules (at least 3
+    held out, 25% to 40% of all): missions no test runs, so each is scored 'not run'."""
+    out = list(missions)
+    while True:
+        held = sum(m.get("split", "train") == "test" for m in out)
+        if held >= 3 and 4 * held >= len(out) and 5 * held <= 2 * len(out):
+            return out
+        split = "test" if held < 3 or 4 * held < len(out) else "train"
+        out.append(mission(f"unrun-{len(out)}", flag=flag, split=split))

@@ -17,6 +17,7 @@ from tests._stream_builders import (
     finished,
     good_run,
     mission,
+    padded,
     started,
     step,
     write_stream,
@@ -149,10 +150,10 @@ def test_an_empty_runs_folder_is_nothing_to_score(suite_and_runs, tmp_path):
 def test_runs_that_all_died_before_a_line_are_scored_as_missing_not_refused(tmp_path):
     """Every mission folder is there and none holds a stream (each spawn died at once):
     that is a result, every mission missing, exit 1; not "nothing to score"."""
-    suite = write_suite(tmp_path / "suite.yaml", [mission(f"t{i}", split="train")
-                                                  for i in range(3)], flags=["chaining"])
+    suite = write_suite(tmp_path / "suite.yaml", padded([mission(f"t{i}", split="train")
+                                                         for i in range(5)]), flags=["chaining"])
     runs = tmp_path / "runs"
-    for i in range(3):
+    for i in range(5):
         (runs / f"t{i}").mkdir(parents=True)
     (runs / "t0" / "stderr.txt").write_text("connection refused\n")
     invoke("ingest", str(runs), "--out", str(tmp_path / "ds"))
@@ -160,16 +161,16 @@ def test_runs_that_all_died_before_a_line_are_scored_as_missing_not_refused(tmp_
         result = invoke("score", "--suite", str(suite), *source, "--split", "train", "--json")
         assert result.exit_code == 1, (source, result.output)
         report = json.loads(result.stdout)
-        assert [v["missing"] for v in report["verdicts"]] == [True] * 3
+        assert [v["missing"] for v in report["verdicts"]] == [True] * 5
         assert all(v["reasons"][0].startswith("no stream") for v in report["verdicts"])
-        assert report["halves"]["train"]["totals"]["missing"] == 3
+        assert report["halves"]["train"]["totals"]["missing"] == 5
 
 
 def test_a_hidden_copy_beside_a_run_is_passed_over_from_either_source(tmp_path):
     """t0's stream is run_1, not the cut-off .partial beside it; t1 has only a hidden
     copy, so no stream: the runs folder and its dataset say so alike."""
-    suite = write_suite(tmp_path / "suite.yaml", [mission(f"t{i}", split="train")
-                                                  for i in range(2)], flags=["chaining"])
+    suite = write_suite(tmp_path / "suite.yaml", padded([mission(f"t{i}", split="train")
+                                                         for i in range(2)]), flags=["chaining"])
     runs = tmp_path / "runs"
     write_stream(runs / "t0" / "run_1" / "events.jsonl", good_run())
     for key in ("t0", "t1"):
@@ -186,8 +187,9 @@ def test_a_hidden_copy_beside_a_run_is_passed_over_from_either_source(tmp_path):
 
 
 def test_a_half_with_no_mission_is_nothing_to_score_from_either_source(tmp_path):
-    suite = write_suite(tmp_path / "suite.yaml", [mission(f"t{i}", split="train")
-                                                  for i in range(3)], flags=["chaining"])
+    """The held-out missions (padded ones) have no runs: --split test has nothing to score."""
+    suite = write_suite(tmp_path / "suite.yaml", padded([mission(f"t{i}", split="train")
+                                                         for i in range(3)]), flags=["chaining"])
     runs = tmp_path / "runs"
     for i in range(3):
         write_stream(runs / f"t{i}" / "events.jsonl", good_run())
@@ -222,13 +224,31 @@ def test_unreadable_suite_path_exits_two(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
 
 
-def test_a_suite_with_check_problems_is_scored_with_a_warning(tmp_path):
-    suite = write_suite(tmp_path / "s.yaml", [mission("only", answer_must_match=["("])])
+def test_a_suite_that_check_refuses_is_not_scored_even_when_every_run_passes(tmp_path):
+    """The spec: every subcommand runs check first. A one-mission suite holds out no
+    test mission and names its tool in the prompt; its one run passes every check."""
+    suite = write_suite(tmp_path / "s.yaml", [mission("only", prompt="Use mcp.add on 2 and 3.")],
+                        flags=["chaining"])
     write_stream(tmp_path / "runs" / "only" / "events.jsonl", good_run())
-    result = invoke("score", "--suite", str(suite), "--runs", str(tmp_path / "runs"), "--json")
-    assert "does not pass check" in result.stderr
-    verdict = json.loads(result.stdout)["verdicts"][0]
-    assert verdict["reasons"][0].startswith("the pattern /(/ does not compile")
+    report = tmp_path / "report"
+    result = invoke("score", "--suite", str(suite), "--runs", str(tmp_path / "runs"), "--json",
+                    "--report", str(report))
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "suite 's' is not gradeable (3 problems); nothing scored:" in result.stderr
+    assert "names the served tool 'mcp.add'" in result.stderr
+    assert "only 0 test missions" in result.stderr and "Traceback" not in result.output
+    assert not report.exists()
+
+
+def test_a_pattern_that_does_not_compile_refuses_the_suite_in_checks_words(suite_and_runs):
+    suite, runs = suite_and_runs
+    text = suite.read_text().replace("(?i)sum is 5", "(sum is 5", 1)
+    suite.write_text(text)
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--json")
+    checked = invoke("check", "--suite", str(suite))
+    assert result.exit_code == checked.exit_code == 1 and result.stdout == ""
+    problem = next(line for line in checked.stderr.splitlines() if "does not compile" in line)
+    assert problem in result.stderr.splitlines()
 
 
 def test_check_exit_codes(tmp_path):

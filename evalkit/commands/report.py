@@ -16,9 +16,9 @@ _DIFF_SUITE_HELP = "Suite file or folder: scores A or B when it is a folder of b
 def _suite(path: Path | None):
     if path is None:
         return None
-    from evalkit.eval.check import gate_for_scoring
+    from evalkit.eval.check import gradeable
 
-    return gate_for_scoring(path, warn=lambda line: click.echo(line, err=True))
+    return gradeable(path, refusing="nothing scored")
 
 
 @click.command()

@@ -49,7 +49,7 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
           allow_failures: bool) -> None:
     """Verdicts and KPIs for a suite from recorded streams — no model needed."""
     from evalkit.errors import EvalkitError
-    from evalkit.eval.check import gate_for_scoring
+    from evalkit.eval.check import gradeable
     from evalkit.eval.score import parse_map
     from evalkit.eval.score import score as score_suite
     from evalkit.report.markdown import (
@@ -74,7 +74,7 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
                                       want_json=as_json or report_dir is not None,
                                       want_markdown=not as_json or report_dir is not None)
         if rendered is None:
-            suite = gate_for_scoring(suite_path, warn=lambda line: click.echo(line, err=True))
+            suite = gradeable(suite_path, refusing="nothing scored")
             report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
                                  split=split, engine=engine).to_dict()
             rendered = Rendered(report["passed"],

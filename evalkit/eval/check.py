@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalkit import contract
+from evalkit.errors import EvalkitError
 from evalkit.eval.suite import SPLITS, Loaded, Mission, Suite, SuiteError, counted, load_suite
 
 #: The held-out share a suite must keep, inclusive, as (numerator, denominator).
@@ -485,24 +486,21 @@ def _compile(regex: str | None) -> re.Pattern[str] | str | None:
         return str(exc)
 
 
-__all__ = ["CheckResult", "check_path", "check_suite"]
 
+def gradeable(path: str | Path, *, refusing: str) -> Suite:
+    """The suite at ``path`` if it passes ``check``; else refused, exit 1, every problem named.
 
-def gate_for_scoring(path: str | Path, warn: Callable[[str], None]) -> Suite:
-    """Load and check a suite before scoring it.
-
-    A suite that cannot be loaded is refused (SuiteError). A loaded suite's
-    gradeability problems are reported through ``warn`` but do not stop
-    ``score``: no model is spent re-deriving verdicts, and a mission whose
-    check cannot be evaluated (a regex that does not compile) fails with that
-    sentence as its reason. ``run`` and ``measure``, which spend a model,
-    refuse such a suite instead.
+    Every subcommand runs ``check`` first, as the spec says: a score of a suite
+    that cannot be graded is a number nobody can compare with anything, and a
+    run of one spends a model on it. ``refusing`` says what is not done.
     """
     result = check_path(path)
     if not result.ok:
-        warn(f"warning: suite '{result.suite.name}' does not pass check "
-             f"({counted(result.problems)}); "
-             "scoring anyway:")
-        for problem in result.problems:
-            warn(f"  - {problem}")
+        lines = [f"suite '{result.suite.name}' is not gradeable "
+                 f"({counted(result.problems)}); {refusing}:",
+                 *(f"  - {p}" for p in result.problems)]
+        raise EvalkitError("\n".join(lines), exit_code=1)
     return result.suite
+
+
+__all__ = ["CheckResult", "check_path", "check_suite", "gradeable"]

@@ -36,6 +36,7 @@ import yaml
 from evalkit import __version__
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging, stats
+from evalkit.eval.check import gradeable
 from evalkit.eval.runner import (
     EXECUTORS,
     Agent,
@@ -57,7 +58,7 @@ from evalkit.eval.runner import (
     strip_url,
 )
 from evalkit.eval.score import missions_in
-from evalkit.eval.suite import SPLITS, Mission, Suite, load_suite
+from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.store.replace import replace_file, replace_files
 
 MATRIX_FORMAT = "evalkit-matrix"
@@ -482,7 +483,7 @@ def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter) -> Measur
         raise EvalkitError(f"no matrix to rescore at {path}: {exc}") from None
     if matrix.get("format") != MATRIX_FORMAT:
         raise EvalkitError(f"{path} is not an evalkit matrix")
-    suite = load_suite(suite_path)
+    suite = gradeable(suite_path, refusing="nothing rescored")
     provenance = dict(matrix["provenance"])
     provenance["rescored"] = now()
     result = assemble(suite, out, provenance, matrix["rows"], provenance.get("split", "all"), write)

@@ -46,10 +46,10 @@ from typing import Any, TextIO
 
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging, taxonomy
-from evalkit.eval.check import check_suite
+from evalkit.eval.check import gradeable
 from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
 from evalkit.eval.score import missions_in, score
-from evalkit.eval.suite import Mission, Suite, load_suite
+from evalkit.eval.suite import Mission, Suite
 from evalkit.redact import REDACTED, Redactor
 from evalkit.store.replace import replace_file
 
@@ -639,12 +639,7 @@ def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path
 
 def gate(suite_path: str | Path) -> Suite:
     """Load and check; an ungradeable suite is refused before a model is spent (exit 1)."""
-    result = check_suite(load_suite(suite_path))
-    if not result.ok:
-        lines = [f"suite '{result.suite.name}' is not gradeable ({len(result.problems)} problems); "
-                 "refusing to spend a model on it:", *(f"  - {p}" for p in result.problems)]
-        raise EvalkitError("\n".join(lines), exit_code=1)
-    return result.suite
+    return gradeable(suite_path, refusing="refusing to spend a model on it")
 
 
 def fresh_folder(out: Path) -> Path:

@@ -20,38 +20,47 @@ from tests.replay.conftest import STUB, Lab, answer, call, digest, read_jsonl, w
 SUITE = """\
 name: regrade-test
 tools: [mcp.add, mcp.echo]
+flags: [chaining, state]
 missions:
   - key: sum-1
     flag: chaining
-    prompt: add 2 and 3
+    prompt: what is 2 plus 3
     must: [states 5]
     must_not: [guesses]
     because: a sum
     expects_outcome: answered
   - key: sum-2
     flag: chaining
-    prompt: add 20 and 22
+    prompt: what is 20 plus 22
     must: [states 42]
     must_not: [guesses]
     because: a sum
     expects_outcome: answered
   - key: echo-1
-    flag: echo
+    flag: state
     split: test
-    prompt: echo hi
+    prompt: say hi back
     must: [says hi]
     must_not: [says bye]
-    because: an echo
+    because: a reply
     expects_outcome: answered
   - key: lost-1
-    flag: echo
+    flag: state
     split: test
-    prompt: echo twice
+    prompt: say hi back twice
     must: [says hi twice]
     must_not: [stops]
     because: an unfinished run
     expects_outcome: answered
-"""
+""" + "".join(f"""\
+  - key: unrun-{i}
+    flag: chaining
+    split: {'test' if i == 0 else 'train'}
+    prompt: what is {i} plus {i}
+    must: [states the sum]
+    must_not: [guesses]
+    because: held out so the suite passes check; never run here
+""" for i in range(4))
 
 #: A grammar under which a figure must come from a tool result (no prompt body: no drift).
 STRICT = """\

@@ -326,3 +326,20 @@ def test_a_run_json_nested_hundreds_deep_still_renders(folders, tmp_path):
     result = invoke("report", run, "-o", tmp_path / "r.html")
     assert result.exit_code == 0, result.output
     assert "…" in (tmp_path / "r.html").read_text()
+
+
+def test_report_and_diff_refuse_a_suite_that_check_refuses(scored, tmp_path):
+    """Every subcommand runs check first: scoring bare runs against a suite that cannot be
+    graded gives numbers nobody can compare, so no page is drawn and no diff is made."""
+    from tests._stream_builders import mission, write_suite
+
+    bad = write_suite(tmp_path / "bad.yaml", [mission("t0"), mission("t1", flag="teleport")])
+    page = tmp_path / "r.html"
+    for args in (("report", scored["A"], "--suite", bad, "-o", page),
+                 ("diff", scored["A"], scored["B"], "--suite", bad)):
+        result = invoke(*args)
+        assert result.exit_code == 1 and result.stdout == "", (args, result.output)
+        assert "suite 'bad' is not gradeable" in result.stderr
+        assert "'teleport' is not in the vocabulary" in result.stderr
+        assert "Traceback" not in result.output
+    assert not page.exists()

@@ -14,7 +14,7 @@ from evalkit.runtime.mission import MissionSettings, launch
 from evalkit.runtime.replay import RecordingExhausted, ReplayBackend
 from evalkit.store.reader import read_stream
 from tests._stream_builders import mission as suite_mission
-from tests._stream_builders import write_suite
+from tests._stream_builders import padded, write_suite
 from tests.swarm.conftest import (
     DIRECT,
     REVENUE_PLAN,
@@ -43,8 +43,9 @@ def test_score_reads_a_swarm_stream_staged_or_not(lab: Lab) -> None:
                 suite_mission("staged-allowed", **common),
                 suite_mission("direct-refused", must_not_stage=True, **common),
                 *[suite_mission(f"h{i}", split="test") for i in range(3)]]
-    suite = write_suite(lab.root / "suite.yaml", missions,
-                        tools=["mcp.read_asset", "mcp.multiply", "mission_result"])
+    suite = write_suite(lab.root / "suite.yaml", padded(missions, flag=missions[0]["flag"]),
+                        tools=["mcp.read_asset", "mcp.multiply", "mission_result"],
+                        flags=[missions[0]["flag"]])
     for key, items in (("staged-refused", STAGED), ("staged-allowed", STAGED),
                        ("direct-refused", [route("direct"), *DIRECT])):
         done = lab.mission(items, events=runs / key / "events.jsonl")
