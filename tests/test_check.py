@@ -510,3 +510,28 @@ def test_the_tool_word_filter_never_hides_a_tool(tools, prompt):
 def test_tool_names_match_as_the_regex_does(tools, prompt, named):
     found = check_module._ToolNames.of(tools)
     assert found is not None and found.named(prompt) == named
+
+
+def test_a_mission_that_does_not_load_still_has_its_other_fields_checked(tmp_path):
+    """Ten mistakes, ten problems in one message: a prompt that is a number keeps
+    mission 'a' out of the suite, and its flag, split, outcome and repeated key are
+    named all the same; the bad field itself is named once, by the loader."""
+    path = tmp_path / "s.yaml"
+    path.write_text("""\
+name: s
+bogus_top: 1
+missions:
+  - {key: a, flag: nosuchflag, prompt: 5, must: [x], must_not: [y], because: z, split: neither, expects_outcome: exploded}
+  - {key: a, flag: chaining, prompt: p, must: [], must_not: [y], because: z, answer_must_match: ['(unclosed'], max_reply_rejected: -3}
+  - {key: c, flag: chaining, prompt: p, must: notalist, must_not: [y], because: z}
+""")
+    with pytest.raises(SuiteError) as refused:
+        check_path(path)
+    problems = refused.value.problems
+    assert len(problems) == 10, problems
+    for said in ("'bogus_top'", "'prompt' (line 4): must be a string", "'nosuchflag' is not in",
+                 "'neither' is not a split", "'exploded' is not an outcome",
+                 "field 'key': already used by mission #1", "field 'must': is missing or empty",
+                 "-3 is negative", "'(unclosed' does not compile", "'must' (line 6): must be a list"):
+        assert sum(said in p for p in problems) == 1, (said, problems)
+    assert not any("field 'prompt': is empty" in p for p in problems)  # said once, by the loader

@@ -62,7 +62,12 @@ def check_path(path: str | Path) -> CheckResult:
 
 def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
     suite = loaded.suite
-    found = _missions_problems(_Rules.of(suite), suite.missions, loaded.positions)
+    # The missions that did not load are checked too, but for their bad fields (said already).
+    placed = sorted([*zip(loaded.positions, suite.missions, strict=True),
+                     *((index, m) for index, m, _ in loaded.partial)], key=lambda pair: pair[0])
+    bad = {index: fields for index, _, fields in loaded.partial}
+    found = _missions_problems(_Rules.of(suite), tuple(m for _, m in placed),
+                               tuple(index for index, _ in placed), bad)
     found += suite_problems(suite, Tally.of(suite.missions), whole=loaded.whole)
     if not found:
         return exc
@@ -79,12 +84,15 @@ def check_suite(suite: Suite) -> CheckResult:
 
 
 def _missions_problems(rules: _Rules, missions: tuple[Mission, ...],
-                       positions: tuple[int, ...] | None = None) -> list[str]:
-    """Every per-mission problem; ``positions``: where each mission stands in the file's list."""
+                       positions: tuple[int, ...] | None = None,
+                       bad: dict[int, frozenset[str]] | None = None) -> list[str]:
+    """Every per-mission problem; ``positions``: where each mission stands in the file's list;
+    ``bad``: by position, the fields already refused by the loader, not looked at again."""
     problems: list[str] = []
     seen: dict[str, int] = {}
     for index, mission in zip(positions or range(len(missions)), missions, strict=True):
-        if mission.key.strip():
+        skip = bad.get(index, frozenset()) if bad else frozenset()
+        if mission.key.strip() and "key" not in skip:
             if mission.key in seen:
                 problems.append(f"{_where(mission, index)} field 'key': already used by mission "
                                 f"#{seen[mission.key]}; keys must be unique (each names a run "
@@ -94,7 +102,7 @@ def _missions_problems(rules: _Rules, missions: tuple[Mission, ...],
         if not _clean(rules, mission):
             where = _where(mission, index)
             problems += [f"{where} field {name!r}: {text}"
-                         for name, text in _mission_problems(rules, mission)]
+                         for name, text in _mission_problems(rules, mission) if name not in skip]
     return problems
 
 

@@ -230,6 +230,10 @@ class Loaded:
     whole: bool
     #: Where in the file's list each loaded mission stands (0-based).
     positions: tuple[int, ...]
+    #: The missions that did not load, as far as their good fields go: (position, the
+    #: mission with a blank for each bad required field, the names of the bad fields),
+    #: so check also names what is wrong with their other fields.
+    partial: tuple[tuple[int, Mission, frozenset[str]], ...] = ()
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -510,6 +514,7 @@ class _Builder:
         self.repeated = tree.repeated
         self.problems: list[str] = []
         self.positions: tuple[int, ...] = ()
+        self.partial: list[tuple[int, Mission, frozenset[str]]] = []
 
     def find(self, steps: tuple[str | int, ...]) -> tuple[yaml.Node | None, yaml.Node | None]:
         """Walk the node tree: (the node whose line names the step, the value's node)."""
@@ -635,7 +640,7 @@ class _Builder:
             loaded = None if "missions" not in fields else Loaded(
                 self.new_suite(fields, extras),
                 whole=isinstance(raw, list) and len(raw) == len(fields["missions"]),
-                positions=self.positions)
+                positions=self.positions, partial=tuple(self.partial))
             raise SuiteError.from_problems(self.path, self.problems, loaded=loaded)
         return self.new_suite(fields, extras)
 
@@ -688,6 +693,7 @@ class _Builder:
         before = len(self.problems)
         self.duplicates(where, steps)
         values: dict[str, Any] = {}
+        bad: set[str] = set()
         for name, value in raw.items():
             kind = _kind(name, MISSION_FIELDS)
             if kind is None:
@@ -696,11 +702,17 @@ class _Builder:
                 ok, stored = self.value(where, name, kind, value, (*steps, name))
                 if ok:
                     values[name] = stored
+                else:
+                    bad.add(name)
         for name in REQUIRED_FIELDS:
             if raw.get(name) is None:
                 said = "has no value" if name in raw else "is missing"
                 self.problem(where, name, steps, f"{said}; every mission needs key, flag and prompt")
+                bad.add(name)
         if len(self.problems) > before:
+            blanks = {name: "" for name in REQUIRED_FIELDS if name in bad}
+            self.partial.append((index, Mission(**values, **blanks, line=self.line(*steps)),
+                                 frozenset(bad)))
             return None
         return Mission(**values, line=self.line(*steps))
 
