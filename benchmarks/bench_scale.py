@@ -53,7 +53,9 @@ def replicate(base: Path, times: int) -> Path:
     suite["missions"] = [{**m, "key": f"k{c}{m['key']}"} for c in range(times) for m in missions]
     suite["name"] = f"{suite['name']}-x{times}"
     (folder / "suite.yaml").write_text(json.dumps(suite), encoding="utf-8")
-    con = duckdb.connect()
+    # DuckDB spills the copy to disk in a temp folder, by default ./.tmp wherever the
+    # script was started: keep it under benchmarks/out/ with the rest.
+    con = duckdb.connect(config={"temp_directory": str(OUT / ".duckdb-tmp")})
     con.execute("SET enable_progress_bar = false")
     manifest = base_manifest
     for table, columns in KEYED.items():
