@@ -324,3 +324,23 @@ def test_the_fanned_out_fold_equals_the_single_process_fold(suite_and_runs):
     assert [loc.missing for loc in located if loc.missing] == [
         "no stream: no events.jsonl in t4 or two levels below it", "not run"]
     assert len(found) == 6 and all(isinstance(s, RunSummary) for s in found.values())
+
+
+def test_an_events_file_that_is_a_looping_link_is_no_stream(suite_and_runs, tmp_path):
+    """A symbolic link to itself where a stream would be: no stream, in one verdict, from
+    the folder and from its dataset alike (it was an OSError, exit 3, in both)."""
+    suite, runs = suite_and_runs
+    (runs / "t0" / "events.jsonl").unlink()
+    (runs / "t0" / "events.jsonl").symlink_to("events.jsonl")
+    shutil.rmtree(runs / "t1")
+    (runs / "t1" / "run_1").mkdir(parents=True)
+    (runs / "t1" / "run_1" / "events.jsonl").symlink_to("events.jsonl")
+    done = invoke("ingest", str(runs), "--out", str(tmp_path / "ds"))
+    assert done.exit_code == 0, done.output
+    for source in (["--runs", str(runs)], ["--dataset", str(tmp_path / "ds")]):
+        result = invoke("score", "--suite", str(suite), *source, "--json")
+        assert result.exit_code == 1, (source, result.output)
+        by_key = {v["key"]: v for v in json.loads(result.stdout)["verdicts"]}
+        for key in ("t0", "t1"):
+            assert by_key[key]["missing"] and by_key[key]["reasons"][0].startswith("no stream")
+        assert by_key["t2"]["passed"]

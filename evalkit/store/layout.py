@@ -78,9 +78,25 @@ def _resolve(path: str) -> str | None:
         return _resolve_unlisted(path)
     except (OSError, ValueError):
         return None
-    if any(e.name == EVENTS_FILE and e.is_file() for e in entries):
+    if any(e.name == EVENTS_FILE and is_file(e) for e in entries):
         return os.path.join(path, EVENTS_FILE)
     return _below(_folders(path, entries))
+
+
+def is_file(entry: os.DirEntry[str]) -> bool:
+    """``entry.is_file()``, False where it cannot be told (a symbolic link that loops or
+    points nowhere readable), as ``os.path.isfile`` answers: such an entry holds no stream."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _resolve_unlisted(path: str) -> str | None:
@@ -113,7 +129,7 @@ def _subdirs(path: str) -> list[str]:
 
 def _folders(path: str, entries: list[os.DirEntry[str]]) -> list[str]:
     return [os.path.join(path, name) for name in sorted(
-        e.name for e in entries if not e.name.startswith(".") and e.is_dir())]
+        e.name for e in entries if not e.name.startswith(".") and _is_dir(e))]
 
 
 def resolve_relative(key: str, rel_paths: Iterable[str]) -> str | None:

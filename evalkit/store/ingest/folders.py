@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 
 from evalkit.errors import EvalkitError
-from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE
+from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE, is_file
 
 
 def discover(root: Path, skip: Path | None = None) -> list[Path]:
@@ -72,7 +72,7 @@ def walk(root: Path, skip: Path | None = None) -> Iterator[str]:
         run = False
         below = []
         for entry in entries:
-            if entry.name == EVENTS_FILE and entry.is_file():
+            if entry.name == EVENTS_FILE and is_file(entry):
                 run = True
             elif entry.is_dir(follow_symlinks=False) and not own.holds(here, entry.name):
                 below.append(entry.name)
