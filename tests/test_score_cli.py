@@ -344,3 +344,16 @@ def test_an_events_file_that_is_a_looping_link_is_no_stream(suite_and_runs, tmp_
         for key in ("t0", "t1"):
             assert by_key[key]["missing"] and by_key[key]["reasons"][0].startswith("no stream")
         assert by_key["t2"]["passed"]
+
+
+def test_a_mean_of_the_largest_finite_numbers_is_reported_not_overflowed(suite_and_runs):
+    """Streams may carry any finite number: two runs of 1e308 s sum past the largest
+    float, and the train half's mean over its five runs is still reported (it was an
+    OverflowError in fsum, exit 3)."""
+    suite, runs = suite_and_runs
+    for key in ("t0", "t1"):
+        write_stream(runs / key / "events.jsonl", [*good_run()[:-1], finished(elapsed_s=1e308)])
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--json")
+    assert result.exit_code == 0, result.output
+    train = json.loads(result.stdout)["halves"]["train"]["totals"]
+    assert train["mean_wall_s"] == pytest.approx(2 * (1e308 / 5) + 3 * 1.25 / 5, rel=1e-12)

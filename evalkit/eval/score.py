@@ -170,10 +170,19 @@ class _Totals:
             self.floats[i].extend(other.floats[i])
             self.counts[i] += other.counts[i]
 
-    def _sum(self, i: int) -> int | float:
-        if not self.floats[i]:
-            return self.ints[i]
-        return math.fsum([*self.floats[i], self.ints[i]])
+    def _mean(self, i: int) -> float | None:
+        n = self.counts[i]
+        if not n:
+            return None
+        try:
+            if not self.floats[i]:
+                return round(self.ints[i] / n, 3)
+            return round(math.fsum([*self.floats[i], self.ints[i]]) / n, 3)
+        except OverflowError:
+            # A sum past the largest float (streams may carry any finite number): each
+            # value divided first, still exactly summed, so still independent of order.
+            parts = [value / n for value in self.floats[i]]
+            return round(math.fsum([*parts, self.ints[i] / n]), 3)
 
     def as_dict(self) -> dict[str, Any]:
         n = self.missions
@@ -186,7 +195,7 @@ class _Totals:
             "success_rate": round(self.passed / n, 4) if n else None,
         }
         for i, (mean, _) in enumerate(self.MEANS):
-            out[mean] = round(self._sum(i) / self.counts[i], 3) if self.counts[i] else None
+            out[mean] = self._mean(i)
         out["human_interventions"] = self.human
         out["reply_rejected"] = self.rejected
         return out
