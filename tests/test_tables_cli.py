@@ -223,3 +223,17 @@ def test_sql_on_a_folder_with_no_dataset_and_no_runs_is_refused(tmp_path):
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout) == {"n": 3} and "ingested 3 runs" in done.stderr
     assert not (runs / "dataset.parquet").exists()  # temporary: nothing kept in the runs folder
+
+
+def test_sql_json_lines_stay_json_and_a_query_that_is_not_utf8_is_one_sentence(tmp_path):
+    ds = _dataset(tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(main, ["sql", str(ds), "SELECT 'nan'::DOUBLE AS a, "
+                                "['inf'::DOUBLE, 2.0] AS b, {'x': '-inf'::DOUBLE} AS c",
+                                "--format", "json"])
+    assert done.exit_code == 0, done.output
+    strict = json.loads(done.stdout, parse_constant=lambda name: pytest.fail(f"{name} in JSON"))
+    assert strict == {"a": None, "b": [None, 2.0], "c": {"x": None}}
+    # A command-line argument of bytes that are not UTF-8 reaches Python as surrogates.
+    bad = runner.invoke(main, ["sql", str(ds), "SELECT \udcff"])
+    assert bad.exit_code == 2 and bad.stderr == "Error: query failed: the query is not UTF-8 text\n"

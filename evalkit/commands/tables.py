@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -46,13 +47,26 @@ def sql(folder: Path, query: str, fmt: str) -> None:
     columns, rows = run_query(folder, query)
     if fmt == "json":
         for row in rows:
-            click.echo(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False, default=str))
+            click.echo(json.dumps(dict(zip(columns, map(_json_value, row), strict=True)),
+                                  ensure_ascii=False, default=str, allow_nan=False))
     elif fmt == "csv":
         writer = csv.writer(sys.stdout)
         writer.writerow(columns)
         writer.writerows(rows)
     else:
         click.echo(_table(columns, rows), nl=False)
+
+
+def _json_value(value: object) -> object:
+    """A value as a JSON line can hold it: NaN and infinities (DuckDB's DOUBLE has them,
+    JSON has not) as null, so every line stays JSON a program can read."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _json_value(item) for key, item in value.items()}
+    return value
 
 
 def _table(columns: list[str], rows: list[tuple]) -> str:

@@ -600,6 +600,10 @@ def _statements(con: duckdb.DuckDBPyConnection, sql: str) -> list[duckdb.Stateme
     import duckdb
 
     try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError:  # bytes from the command line that are not UTF-8
+        raise EvalkitError("query failed: the query is not UTF-8 text") from None
+    try:
         return con.extract_statements(sql)
     except duckdb.Error as exc:
         raise EvalkitError(f"query failed: {_first_line(exc)}") from None
