@@ -60,8 +60,9 @@ def replay(ctx: click.Context, run: str, skills: tuple[str, ...], tools: str,
     if outcome.records == 0:
         click.echo(diagnostic(f"Error: no event was written: {outcome.reason}"), err=True)
         ctx.exit(EXIT_FAILED)
+    why = f": {outcome.reason}" if outcome.reason else ""
     click.echo(f"replay {outcome.run_id} of {run}: {outcome.outcome} after "
-               f"{outcome.steps} step(s)", file=prose)
+               f"{outcome.steps} step(s){why}", file=prose)
     for line in summary_lines(launched.notes):
         click.echo(diagnostic(line), file=prose)
     if outcome.error:

@@ -69,19 +69,22 @@ def check_skills(skills: Sequence[str]) -> None:
 def replay_one(source: str, store: str, skills: Sequence[str]) -> dict[str, Any]:
     """Replay one run into ``store`` (in this process); a row of the regrade report."""
     from evalkit.runtime.mission import MissionSettings, launch
-    from evalkit.runtime.replay.recording import read_lines
+    from evalkit.runtime.replay.recording import file_bytes, read_lines
 
     row: dict[str, Any] = {"source": source, "replay": None, "outcome_before": None,
                            "outcome_after": None, "drift": None, "ran_off_end": None,
                            "error": None}
-    try:
-        meta = json.loads((Path(source) / layout.META_FILE).read_text(encoding="utf-8"))
+    try:  # a meta.json that is a FIFO is refused here, not waited on
+        meta = json.loads(file_bytes(Path(source) / layout.META_FILE) or b"{}")
         row["outcome_before"] = (meta.get("meta") or {}).get("outcome")
-    except (OSError, ValueError):
+    except (EvalkitError, ValueError, AttributeError):
         pass
     if row["outcome_before"] is None:
-        finished = [r for r in read_lines(Path(source) / layout.EVENTS_FILE)
-                    if (r.get("record") or r).get("event") == "mission_finished"]
+        try:
+            lines = read_lines(Path(source) / layout.EVENTS_FILE)
+        except EvalkitError:
+            lines = []  # the replay below says what is wrong with it
+        finished = [r for r in lines if (r.get("record") or r).get("event") == "mission_finished"]
         row["outcome_before"] = (finished[-1].get("record") or finished[-1]).get("outcome") \
             if finished else None
     env = {**os.environ, layout.RUNS_ENV: store}
@@ -116,6 +119,8 @@ def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | 
         raise EvalkitError(f"{source} is not a folder of runs")
     if out.resolve() == source.resolve() or out.resolve().is_relative_to(source.resolve()):
         raise EvalkitError(f"--out {out} lies inside {source}: give a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise EvalkitError(f"--out {out} is a file: give a new or empty folder")
     if out.exists() and any(out.iterdir()):
         raise EvalkitError(f"--out {out} is not empty: give a new or empty folder")
     check_skills(skills)

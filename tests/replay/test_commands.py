@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -70,3 +72,37 @@ def test_mission_resume_refusal_names_the_outcome(lab: Lab) -> None:
     assert f"Error: run {run_id} ended answered: that is a conclusion" in result.output
     meta = json.loads((original.run_dir / "meta.json").read_text())
     assert meta["meta"]["outcome"] == "answered"  # a refused resume changes nothing
+
+
+def _recorded_copy(lab: Lab, name: str):
+    import shutil
+
+    original = lab.record([call("mcp.add", a=2, b=3), answer("5")])
+    return Path(shutil.copytree(original.run_dir, lab.root / name))
+
+
+def test_a_recording_file_that_is_a_folder_or_a_fifo_is_one_sentence(lab: Lab) -> None:
+    """A FIFO waited for a writer for ever; a folder was an IsADirectoryError, exit 3."""
+    folder, fifo = _recorded_copy(lab, "folder"), _recorded_copy(lab, "fifo")
+    (folder / "meta.json").unlink()
+    (folder / "meta.json").mkdir()
+    (fifo / "model.jsonl").unlink()
+    os.mkfifo(fifo / "model.jsonl")
+    for run, name in ((folder, "meta.json"), (fifo, "model.jsonl")):
+        result = CliRunner().invoke(main, ["replay", str(run), "--quiet"], env=lab.env())
+        assert result.exit_code == 2, result.output
+        assert result.stderr == f"Error: {run / name} is not a regular file\n"
+
+
+def test_a_damaged_recorded_reply_ends_the_replay_saying_so(lab: Lab) -> None:
+    """A reply whose content is an object (a hand edit) was a traceback from deep in the
+    loop; it now fails as a recorded failure does, and the summary says why."""
+    run = _recorded_copy(lab, "damaged")
+    lines = (run / "model.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["reply"]["content"] = {"a": 1}
+    (run / "model.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    result = CliRunner().invoke(main, ["replay", str(run), "--quiet"], env=lab.env())
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert ("incomplete after 1 step(s): the recording of model call 1 is damaged: "
+            "its content is dict, not text") in result.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -210,3 +211,21 @@ def test_a_disk_that_fills_on_the_report_leaves_no_half_report_and_keeps_the_rep
     assert not (out / "regrade.json").exists()  # none, rather than half a one
     assert leftovers(out) == []
     assert len(find_runs(out)) == len(find_runs(folder))  # what was replayed stays
+
+
+def test_a_run_whose_meta_is_a_fifo_fails_its_row_and_out_may_not_be_a_file(
+        lab: Lab, folder: Path) -> None:
+    """A FIFO where meta.json would be waited for a writer for ever (regrade hung); an
+    --out that is a file was a NotADirectoryError, exit 3."""
+    [run] = find_runs(folder / "echo-1")
+    (run / "meta.json").unlink()
+    os.mkfifo(run / "meta.json")
+    a_file = lab.root / "out.txt"
+    a_file.write_text("mine\n")
+    refused = CliRunner().invoke(main, ["regrade", str(folder), "--out", str(a_file)])
+    assert refused.exit_code == 2 and a_file.read_text() == "mine\n"
+    assert refused.stderr == f"Error: --out {a_file} is a file: give a new or empty folder\n"
+    report = regrade(folder, lab.root / "out", jobs=1)
+    rows = {row["source"].split("/")[0]: row for row in report["runs"]}
+    assert rows["echo-1"]["error"] == f"{run / 'meta.json'} is not a regular file"
+    assert rows["sum-1"]["error"] is None

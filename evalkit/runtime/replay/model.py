@@ -131,6 +131,9 @@ class ReplayBackend:
         reply = line.get("reply") if isinstance(line.get("reply"), dict) else {}
         if "error" in reply:
             raise ReplayedFailure(str(reply["error"]))
+        damage = _damage(reply)
+        if damage is not None:
+            raise ReplayedFailure(f"the recording of model call {self.asked} is damaged: {damage}")
         return Reply(content=reply.get("content"),
                      tool_calls=copy.deepcopy(reply.get("tool_calls") or []),
                      usage=copy.deepcopy(reply.get("usage")),
@@ -147,6 +150,24 @@ class ReplayBackend:
         """``meta.drift``: the first difference (or None) and the counts."""
         return {"first": self.first, "calls": self.asked, "served": self.served,
                 "recorded": self.recorded}
+
+
+#: What each part of a recorded reply must be, when it is there at all.
+_REPLY_PARTS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("content", str, "text"), ("tool_calls", list, "a list"), ("usage", dict, "an object"),
+    ("extras", dict, "an object"))
+
+
+def _damage(reply: dict[str, Any]) -> str | None:
+    """Why a recorded reply cannot be served (a hand-edited or damaged model.jsonl), or None:
+    it fails as a recorded failure does, in one sentence, not deep in the loop."""
+    for name, kind, said in _REPLY_PARTS:
+        value = reply.get(name)
+        if value is not None and not isinstance(value, kind):
+            return f"its {name} is {type(value).__name__}, not {said}"
+    if any(not isinstance(call, dict) for call in reply.get("tool_calls") or ()):
+        return "a tool call in it is not an object"
+    return None
 
 
 class _BranchView:

@@ -9,6 +9,8 @@ taken and no torn tail is cut, so a recording being replayed keeps its bytes.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,10 +115,9 @@ def read_recording(path: Path) -> Recording:
     """Read a run directory; a missing model or tools file is an empty one."""
     path = Path(path)
     records = read_events_file(path / layout.EVENTS_FILE).records
+    data = file_bytes(path / layout.META_FILE)
     try:
-        meta = orjson.loads((path / layout.META_FILE).read_bytes())
-    except FileNotFoundError:
-        meta = {}
+        meta = {} if data is None else orjson.loads(data)
     except orjson.JSONDecodeError:
         raise EvalkitError(f"{path / layout.META_FILE} is not valid JSON") from None
     if not isinstance(meta, dict):
@@ -128,9 +129,8 @@ def read_recording(path: Path) -> Recording:
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
     """The JSON-object lines of a recording file (a torn last line is left out)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    data = file_bytes(path)
+    if data is None:
         return []
     out = []
     for line in data.splitlines():
@@ -143,3 +143,20 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
         if isinstance(value, dict):
             out.append(value)
     return out
+
+
+def file_bytes(path: Path) -> bytes | None:
+    """A recording file's bytes, None when it is not there; one sentence when it cannot be
+    read or is no regular file (a folder, or a FIFO, which would wait for a writer for ever)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise EvalkitError(f"{path} is not a regular file")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
