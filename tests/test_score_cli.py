@@ -357,3 +357,23 @@ def test_a_mean_of_the_largest_finite_numbers_is_reported_not_overflowed(suite_a
     assert result.exit_code == 0, result.output
     train = json.loads(result.stdout)["halves"]["train"]["totals"]
     assert train["mean_wall_s"] == pytest.approx(2 * (1e308 / 5) + 3 * 1.25 / 5, rel=1e-12)
+
+
+def test_a_run_folder_whose_name_is_not_utf8_is_scored_and_ingested(suite_and_runs, tmp_path):
+    """A name of bytes that are not UTF-8 reaches Python as surrogates, which JSON and
+    Parquet refuse (exit 3 in score --json and ingest); it is shown with \\xNN instead."""
+    import os
+
+    suite, runs = suite_and_runs
+    odd = runs / "t0" / os.fsdecode(b"run\xff")
+    write_stream(odd / "events.jsonl", good_run())
+    (runs / "t0" / "events.jsonl").unlink()
+    done = invoke("ingest", str(runs), "--out", str(tmp_path / "ds"))
+    assert done.exit_code == 0, done.output
+    for source in (["--runs", str(runs)], ["--dataset", str(tmp_path / "ds")]):
+        result = invoke("score", "--suite", str(suite), *source, "--json")
+        assert result.exit_code == 0, (source, result.output)
+        t0 = next(v for v in json.loads(result.stdout)["verdicts"] if v["key"] == "t0")
+        assert t0["passed"] and t0["source"] == "t0/run\\xff/events.jsonl"
+    bad_out = invoke("ingest", str(runs), "--out", str(tmp_path / os.fsdecode(b"x\xff")))
+    assert bad_out.exit_code == 2 and "take only paths that are UTF-8" in bad_out.stderr

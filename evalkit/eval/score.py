@@ -21,7 +21,7 @@ from evalkit.errors import EvalkitError
 from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.eval.summary import RunSummary, pack, summarize, unpack
 from evalkit.eval.verdict import NOT_RUN, Verdict, judge
-from evalkit.store.layout import no_stream, resolve_events, resolve_relative
+from evalkit.store.layout import as_text, no_stream, resolve_events, resolve_relative
 from evalkit.store.reader import read_events_file
 
 REPORT_FORMAT = "evalkit-score"
@@ -241,7 +241,8 @@ def _targets(missions: list[Mission], runs: Path | None,
 
 
 def _locate(target: _Target) -> Located:
-    key, label, base = target.key, target.label, target.base
+    key, base = target.key, target.base
+    label = as_text(target.label) if target.label is not None else None
     if target.path is None:
         return Located(key, None, None, NOT_RUN)
     events = resolve_events(target.path)
@@ -251,7 +252,7 @@ def _locate(target: _Target) -> Located:
         return Located(key, None, label, no_stream(label or target.path.name))
     if label is None and base is not None:
         label = _relative_posix(events, base)
-    return Located(key, events, label or events.as_posix())
+    return Located(key, events, as_text(label or events.as_posix()))
 
 
 def _relative_posix(path: Path, base: Path) -> str:

@@ -21,6 +21,7 @@ from evalkit.report import charts
 from evalkit.report.folders import TEXT_DEPTH, Scoring
 from evalkit.report.kpis import halves
 from evalkit.report.markdown import write_file
+from evalkit.store.layout import as_text
 
 #: How many rubric changes the report lists, newest first.
 RUBRIC_CHANGES_SHOWN = 10
@@ -184,7 +185,7 @@ def write(text: str, path: Path) -> Path:
     try:
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-        write_file(path, [text.encode("utf-8")])
+        write_file(path, [as_text(text).encode("utf-8")])  # a folder's name may not be UTF-8
     except OSError as exc:
         raise EvalkitError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path

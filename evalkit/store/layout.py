@@ -83,6 +83,17 @@ def _resolve(path: str) -> str | None:
     return _below(_folders(path, entries))
 
 
+def as_text(path: str) -> str:
+    """A path as text that can be written anywhere (JSON, Parquet, a page). A name whose
+    bytes are not UTF-8 reaches Python as lone surrogates, which no encoder takes; its
+    stray bytes are shown as ``\\xNN`` instead. Paths opened keep their own spelling."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
 def is_file(entry: os.DirEntry[str]) -> bool:
     """``entry.is_file()``, False where it cannot be told (a symbolic link that loops or
     points nowhere readable), as ``os.path.isfile`` answers: such an entry holds no stream."""

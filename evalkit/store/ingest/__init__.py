@@ -63,7 +63,7 @@ from evalkit.store.ingest.folders import Streams, discover, read_text, walk
 from evalkit.store.ingest.lines import events_table
 from evalkit.store.ingest.schedule import BATCH_BYTES, convert_runs
 from evalkit.store.ingest.sql import connect
-from evalkit.store.layout import EVENTS_FILE
+from evalkit.store.layout import EVENTS_FILE, as_text
 
 
 @dataclass
@@ -125,6 +125,9 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     if not root.is_dir():
         raise EvalkitError(f"cannot ingest {root}: it is not a directory")
     out = Path(out) if out is not None else root / ds.DEFAULT_NAME
+    if as_text(os.fspath(out.absolute())) != os.fspath(out.absolute()):
+        raise EvalkitError(f"cannot write a dataset at {as_text(os.fspath(out))}: Parquet and "
+                           "DuckDB take only paths that are UTF-8; choose another --out")
     earlier = _check_out(root, out)
     tmp = _sibling(out, "tmp")
     try:

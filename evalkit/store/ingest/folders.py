@@ -15,7 +15,14 @@ from pathlib import Path
 import orjson
 
 from evalkit.errors import EvalkitError
-from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE, is_file
+from evalkit.store.layout import (
+    EVENTS_FILE,
+    META_FILE,
+    MODEL_FILE,
+    TOOLS_FILE,
+    as_text,
+    is_file,
+)
 
 
 def discover(root: Path, skip: Path | None = None) -> list[Path]:
@@ -200,7 +207,8 @@ def load_batch(root: Path, dirs: list[str]) -> Batch:
     nbytes = 0
     for base in dirs:
         # Path(base).relative_to(root).as_posix(), for a path that starts with root's.
-        run = base[len(top):].lstrip(os.sep).replace(os.sep, "/") or "."
+        # As text that Parquet takes; the files are read by their own names (``base``).
+        run = as_text(base[len(top):].lstrip(os.sep).replace(os.sep, "/") or ".")
         runs.append(run)
         stream = read_text(os.path.join(base, EVENTS_FILE))
         if stream[0] is not None:
@@ -247,7 +255,7 @@ class Streams:
         own, root = _Own(skip), os.fspath(self.root)
         try:
             with os.scandir(root) as listing:
-                return sorted(entry.name for entry in listing
+                return sorted(as_text(entry.name) for entry in listing
                               if entry.name not in self._names and not entry.is_symlink()
                               and not entry.is_file() and not own.holds(root, entry.name))
         except OSError:
