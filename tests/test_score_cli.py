@@ -377,3 +377,13 @@ def test_a_run_folder_whose_name_is_not_utf8_is_scored_and_ingested(suite_and_ru
         assert t0["passed"] and t0["source"] == "t0/run\\xff/events.jsonl"
     bad_out = invoke("ingest", str(runs), "--out", str(tmp_path / os.fsdecode(b"x\xff")))
     assert bad_out.exit_code == 2 and "take only paths that are UTF-8" in bad_out.stderr
+
+
+def test_a_report_folder_that_is_a_file_is_refused_and_kept(suite_and_runs, tmp_path):
+    suite, runs = suite_and_runs
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine\n")
+    result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--report", str(mine))
+    assert result.exit_code == 2 and mine.read_text() == "mine\n"
+    assert result.stderr == (f"Error: cannot write the report to {mine}: it is a file, and "
+                             "--report names the folder that holds report.json and report.md\n")

@@ -246,6 +246,9 @@ def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:
     files are written before either replaces its predecessor (``replace_files``).
     """
     json_path, md_path = folder / "report.json", folder / "report.md"
+    if folder.exists() and not folder.is_dir():
+        raise EvalkitError(f"cannot write the report to {folder}: it is a file, and --report "
+                           "names the folder that holds report.json and report.md")
     for path in (json_path, md_path):
         if path.exists() and not path.is_file():
             what = "a folder" if path.is_dir() else "not a regular file"
