@@ -259,6 +259,14 @@ def test_deep_nesting_is_refused_not_a_crash(tmp_path, name, content, kind):
     assert str(refused(path)) == f"suite {path} is not valid {kind}: it nests too deeply"
 
 
+@pytest.mark.parametrize("name, kind", [("big.yaml", "YAML"), ("big.json", "JSON")])
+def test_an_integer_past_pythons_digit_limit_is_a_reason_about_the_file(tmp_path, name, kind):
+    """Python's own message advises sys.set_int_max_str_digits(): advice for programmers."""
+    path = write(tmp_path / name, '{"name": "s", "n": ' + "9" * 5000 + ', "missions": []}')
+    assert str(refused(path)) == (f"suite {path} is not valid {kind}: it holds an integer of "
+                                  "more than 4,300 digits, more than any field takes")
+
+
 def test_merge_keys_load_and_only_real_repeats_are_refused(tmp_path):
     text = ("missions:\n  - &base {key: m1, flag: state, prompt: p, must: [x]}\n"
             "  - <<: *base\n    key: m2\n")

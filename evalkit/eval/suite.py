@@ -341,7 +341,7 @@ def _parse(path: Path, text: str) -> tuple[Any, _Tree]:
         except RecursionError:
             raise SuiteError(f"suite {path} is not valid JSON: it nests too deeply") from None
         except ValueError as exc:
-            raise SuiteError(f"suite {path} is not valid JSON: {exc}") from None
+            raise SuiteError(f"suite {path} is not valid JSON: {_reason(exc)}") from None
         try:  # JSON is (nearly) YAML: borrow its node tree for line numbers, best effort
             return data, _compose(text)[1]
         except Exception:
@@ -356,8 +356,16 @@ def _parse(path: Path, text: str) -> tuple[Any, _Tree]:
         raise SuiteError(f"suite {path} is not valid YAML: {exc.problem or exc.context}{where}"
                          ) from None
     except Exception as exc:  # anything the third-party parser throws is about the file
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise SuiteError(f"suite {path} is not valid YAML: {reason}") from None
+        raise SuiteError(f"suite {path} is not valid YAML: {_reason(exc)}") from None
+
+
+def _reason(exc: Exception) -> str:
+    """A parser's complaint as a reason about the file: Python's limit on digits in an
+    integer comes with advice for programmers (sys.set_int_max_str_digits), not for a suite."""
+    text = str(exc)
+    if "integer string conversion" in text:
+        return "it holds an integer of more than 4,300 digits, more than any field takes"
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _compose(text: str) -> tuple[Any, _Tree]:
