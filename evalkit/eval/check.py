@@ -91,7 +91,7 @@ def _missions_problems(rules: _Rules, missions: tuple[Mission, ...],
     problems: list[str] = []
     seen: dict[str, int] = {}
     for index, mission in zip(positions or range(len(missions)), missions, strict=True):
-        skip = bad.get(index, frozenset()) if bad else frozenset()
+        skip = (bad or {}).get(index, frozenset())
         if mission.key.strip() and "key" not in skip:
             if mission.key in seen:
                 problems.append(f"{_where(mission, index)} field 'key': already used by mission "

@@ -69,16 +69,18 @@ def check_skills(skills: Sequence[str]) -> None:
 def replay_one(source: str, store: str, skills: Sequence[str]) -> dict[str, Any]:
     """Replay one run into ``store`` (in this process); a row of the regrade report."""
     from evalkit.runtime.mission import MissionSettings, launch
-    from evalkit.runtime.replay.recording import file_bytes, read_lines
+    from evalkit.runtime.replay.recording import read_lines
+    from evalkit.store.reader import file_bytes
 
     row: dict[str, Any] = {"source": source, "replay": None, "outcome_before": None,
                            "outcome_after": None, "drift": None, "ran_off_end": None,
                            "error": None}
     try:  # a meta.json that is a FIFO is refused here, not waited on
         meta = json.loads(file_bytes(Path(source) / layout.META_FILE) or b"{}")
-        row["outcome_before"] = (meta.get("meta") or {}).get("outcome")
-    except (EvalkitError, ValueError, AttributeError):
-        pass
+    except (EvalkitError, ValueError):
+        meta = None
+    if isinstance(meta, dict) and isinstance(meta.get("meta"), dict):
+        row["outcome_before"] = meta["meta"].get("outcome")
     if row["outcome_before"] is None:
         try:
             lines = read_lines(Path(source) / layout.EVENTS_FILE)

@@ -9,6 +9,8 @@ counted, never fatal; bytes that are not UTF-8 are replaced, not refused.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,12 +67,35 @@ def unwrap(value: dict[str, Any]) -> dict[str, Any]:
 def read_events_file(path: Path) -> StreamRead:
     """Read one events file whole. Raises EvalkitError when it cannot be opened."""
     try:
-        data = path.read_bytes()
-    except IsADirectoryError:
-        raise EvalkitError(f"{path} is a directory, not an events file") from None
+        data = file_bytes(path)
+    except EvalkitError:
+        if path.is_dir():
+            raise EvalkitError(f"{path} is a directory, not an events file") from None
+        raise
+    if data is None:
+        raise EvalkitError(f"cannot read {path}: No such file or directory")
+    return parse_bytes(path, data)
+
+
+def file_bytes(path: Path) -> bytes | None:
+    """A recorded file's bytes, None when there is none; anything else that stops the read
+    is one sentence. A folder or a FIFO where the file belongs is refused: a FIFO, read,
+    waits for a writer for ever, so it is opened without waiting and looked at first."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
         raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_bytes(path, data)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise EvalkitError(f"{path} is not a regular file")
+        with open(fd, "rb", closefd=False) as file:
+            return file.read()
+    except OSError as exc:
+        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def parse_bytes(source: Path, data: bytes) -> StreamRead:

@@ -153,7 +153,7 @@ class ReplayBackend:
 
 
 #: What each part of a recorded reply must be, when it is there at all.
-_REPLY_PARTS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+_REPLY_PARTS: tuple[tuple[str, type, str], ...] = (
     ("content", str, "text"), ("tool_calls", list, "a list"), ("usage", dict, "an object"),
     ("extras", dict, "an object"))
 

@@ -9,8 +9,6 @@ taken and no torn tail is cut, so a recording being replayed keeps its bytes.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ import orjson
 
 from evalkit.errors import EvalkitError
 from evalkit.store import layout
-from evalkit.store.reader import read_events_file
+from evalkit.store.reader import file_bytes, read_events_file
 
 #: Outcomes that end a mission for good: resuming one is refused.
 CONCLUSIONS = ("answered", "answered_with_caveat", "budget_exhausted")
@@ -144,19 +142,3 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
             out.append(value)
     return out
 
-
-def file_bytes(path: Path) -> bytes | None:
-    """A recording file's bytes, None when it is not there; one sentence when it cannot be
-    read or is no regular file (a folder, or a FIFO, which would wait for a writer for ever)."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        raise EvalkitError(f"{path} is not a regular file")
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None

@@ -125,7 +125,8 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     if not root.is_dir():
         raise EvalkitError(f"cannot ingest {root}: it is not a directory")
     out = Path(out) if out is not None else root / ds.DEFAULT_NAME
-    if as_text(os.fspath(out.absolute())) != os.fspath(out.absolute()):
+    where = os.fspath(out.absolute())
+    if as_text(where) != where:
         raise EvalkitError(f"cannot write a dataset at {as_text(os.fspath(out))}: Parquet and "
                            "DuckDB take only paths that are UTF-8; choose another --out")
     earlier = _check_out(root, out)
