@@ -379,7 +379,9 @@ def test_a_script_without_a_main_guard_can_ingest_with_workers(tmp_path: Path) -
         "import sys\n"
         "from pathlib import Path\n"
         "from evalkit.eval.tables import ingest\n"
-        "result = ingest(Path(sys.argv[1]), Path(sys.argv[2]), workers=2)\n"
+        "from evalkit.report.verdict_table import VerdictTable\n"
+        "result = ingest(Path(sys.argv[1]), Path(sys.argv[2]), workers=2,\n"
+        "                gather=VerdictTable())\n"
         "print('ingested', result.runs)\n")
     done = subprocess.run([sys.executable, str(script), str(runs), str(tmp_path / "lib")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -387,7 +389,7 @@ def test_a_script_without_a_main_guard_can_ingest_with_workers(tmp_path: Path) -
     assert done.stdout.split() == ["ingested", "5"]
     cli = CliRunner().invoke(main, ["ingest", str(runs), "--out", str(tmp_path / "cli")])
     assert cli.exit_code == 0, cli.output
-    for name in [*ds.TABLES, "summaries"]:
+    for name in [*ds.TABLES, "summaries", "verdicts"]:
         lib = pq.read_table(tmp_path / "lib" / f"{name}.parquet")
         assert lib.to_pylist() == pq.read_table(tmp_path / "cli" / f"{name}.parquet").to_pylist()
     assert (tmp_path / "lib" / ds.MANIFEST).read_bytes() == \

@@ -7,8 +7,12 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # pyarrow: loaded by the command that needs it, not by --help
+    from evalkit.report.verdict_table import VerdictTable
 
 
 @click.command()
@@ -16,17 +20,30 @@ import click
 @click.option("--out", type=click.Path(path_type=Path),
               help="Dataset folder to write (default: FOLDER/dataset.parquet).")
 def ingest(folder: Path, out: Path | None) -> None:
-    """Turn every run directory under FOLDER (and events file in it) into a Parquet dataset."""
+    """Turn every run directory under FOLDER (and events file in it) into a Parquet dataset.
+
+    The verdicts of the score reports under FOLDER (report.json, as run, measure and
+    score --report leave them) become its verdicts table.
+    """
     from evalkit.errors import EvalkitError
+    from evalkit.eval.tables import gathered_words
     from evalkit.eval.tables import ingest as ingest_runs
 
     if not folder.is_dir():
         why = "is not a folder of run directories" if folder.exists() else "does not exist"
         raise EvalkitError(f"{folder} {why}")
-    result = ingest_runs(folder, out)
-    click.echo(f"ingested {result.runs} runs, {result.events} records into {result.out} "
+    result = ingest_runs(folder, out, gather=_verdicts())
+    click.echo(f"ingested {result.runs} runs, {result.events} records"
+               f"{gathered_words(result.gathered)} into {result.out} "
                f"({result.bytes / 1e6:.1f} MB in {result.seconds:.2f} s, "
                f"{result.mb_per_s:.0f} MB/s)")
+
+
+def _verdicts() -> VerdictTable:
+    """The verdicts table's gathering, telling stderr of each report it leaves out."""
+    from evalkit.report.verdict_table import VerdictTable
+
+    return VerdictTable(warn=lambda sentence: click.echo(f"evalkit: {sentence}", err=True))
 
 
 @click.command()
@@ -35,16 +52,18 @@ def ingest(folder: Path, out: Path | None) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
 def sql(folder: Path, query: str, fmt: str) -> None:
-    """Answer QUERY with DuckDB over the runs, events, model_calls, tool_calls and summaries tables.
+    """Answer QUERY with DuckDB over the runs, events, model_calls, tool_calls, summaries
+    and verdicts tables.
 
-    FOLDER is a dataset written by `evalkit ingest`, or a folder of runs (ingested first).
+    FOLDER is a dataset written by `evalkit ingest`, or a folder of runs and score
+    reports (ingested first).
     QUERY is one SELECT (DESCRIBE, SHOW, SUMMARIZE, FROM and WITH included) or an EXPLAIN
     of one: sql only reads, so anything that could write (COPY, CREATE, ATTACH, SET …)
     is refused before it runs, and files outside the dataset cannot be read.
     """
     from evalkit.eval.tables import query as run_query
 
-    columns, rows = run_query(folder, query)
+    columns, rows = run_query(folder, query, gather=_verdicts())
     if fmt == "json":
         for row in rows:
             click.echo(json.dumps(dict(zip(columns, map(_json_value, row), strict=True)),

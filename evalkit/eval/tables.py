@@ -298,7 +298,9 @@ class SummaryDerivation:
 
 
 def ingest(root: Path, out: Path | None = None, **options: Any) -> ing.IngestResult:
-    """``store.ingest.ingest`` plus the summaries table: what ``evalkit ingest`` writes."""
+    """``store.ingest.ingest`` plus the summaries table. ``evalkit ingest`` also passes
+    ``gather=evalkit.report.verdict_table.VerdictTable()`` (the verdicts table), which
+    this layer, below the reports, cannot name itself."""
     from evalkit.store import ingest as ing
 
     return ing.ingest(root, out, derive=SummaryDerivation(), **options)
@@ -338,7 +340,8 @@ def open_dataset(path: Path, *, kept: bool = True) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     views = [*ds.TABLES,
-             *([SUMMARIES] if kept and _kept_summaries_current(folder, info) else [])]
+             *([SUMMARIES] if kept and _kept_summaries_current(folder, info) else []),
+             *_gathered_tables(folder, info)]
     for table in views:
         try:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
@@ -348,6 +351,21 @@ def open_dataset(path: Path, *, kept: bool = True) -> duckdb.DuckDBPyConnection:
             raise EvalkitError(f"cannot read the dataset {folder}: {table}.parquet: "
                                f"{_first_line(exc)}; re-create it with `evalkit ingest`") from None
     return con
+
+
+#: What a table a ``Gathering`` added may be called, to be made a view.
+_TABLE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def _gathered_tables(folder: Path, manifest: dict[str, Any]) -> list[str]:
+    """The other tables the manifest names (a gathering's, e.g. ``verdicts``) that are there."""
+    named = manifest.get("tables")
+    if not isinstance(named, dict):
+        return []
+    return [name for name, file in sorted(named.items())
+            if name not in ds.TABLES and name != SUMMARIES and isinstance(name, str)
+            and _TABLE_NAME.fullmatch(name) and file == f"{name}.parquet"
+            and (folder / file).is_file()]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -655,7 +673,24 @@ def _no_dataset(path: Path) -> EvalkitError:
         return EvalkitError(f"no dataset and no runs at {path}: it has Parquet tables but no "
                             f"{ds.MANIFEST}, so re-create it with `evalkit ingest`")
     return EvalkitError(f"no dataset and no runs at {path} (no {ds.MANIFEST}, and no run "
-                        f"directory with an events file below it)")
+                        f"directory with an events file, nor a score report, below it)")
+
+
+def gathered_words(gathered: dict[str, int]) -> str:
+    """What a gathering added, for a sentence about an ingest: ``" and 12 verdicts"``."""
+    return "".join(f" and {rows} {name}" for name, rows in gathered.items() if rows)
+
+
+def _holds_anything(folder: Path, gather: ing.Gathering | None) -> bool:
+    """Whether ``folder`` holds a run directory, or a file ``gather`` reads.
+
+    The walk stops at the first run; only a folder with none is walked to the end.
+    """
+    from evalkit.store.ingest.folders import walk
+
+    kept: list[str] = []
+    names = gather.names if gather is not None else frozenset()
+    return next(walk(folder, keep=names, kept=kept), None) is not None or bool(kept)
 
 
 def _read_only_here(con: duckdb.DuckDBPyConnection, dataset: Path) -> None:
@@ -671,26 +706,30 @@ def _read_only_here(con: duckdb.DuckDBPyConnection, dataset: Path) -> None:
     con.execute("SET lock_configuration = true")
 
 
-def query(path: Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run one read-only question over a dataset, or over a runs folder ingested on the fly.
+def query(path: Path, sql: str, *, gather: ing.Gathering | None = None
+          ) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run one read-only question over a dataset, or over a runs folder ingested on the fly
+    (with ``gather``'s tables too, when given: a folder holding only what it gathers is
+    ingested as well).
 
     Returns (column names, rows). Anything but one SELECT (or EXPLAIN of one) is refused
     before anything runs; any DuckDB error becomes one EvalkitError sentence.
     """
     import duckdb
 
-    from evalkit.store.ingest.folders import walk
-
     _check_question(sql)
     path = Path(path)
     found = find_dataset(path)
     with tempfile.TemporaryDirectory(prefix="evalkit-dataset-") as scratch:
         if found is None:
-            if not path.is_dir() or next(walk(path), None) is None:
+            if not path.is_dir() or not _holds_anything(path, gather):
                 raise _no_dataset(path)
-            result = ingest(path, Path(scratch) / ds.DEFAULT_NAME)
-            print(f"evalkit: no dataset in {path}; ingested {result.runs} runs into a temporary "
-                  f"one (run `evalkit ingest {path}` to keep it)", file=sys.stderr)
+            result = ingest(path, Path(scratch) / ds.DEFAULT_NAME, gather=gather)
+            if not result.runs and not any(result.gathered.values()):
+                raise _no_dataset(path)  # only files that turned out not to be ours
+            print(f"evalkit: no dataset in {path}; ingested {result.runs} runs"
+                  f"{gathered_words(result.gathered)} into a temporary one "
+                  f"(run `evalkit ingest {path}` to keep it)", file=sys.stderr)
             found = result.out
         con = open_dataset(found)
         try:

@@ -26,11 +26,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from evalkit.errors import EvalkitError
 from evalkit.eval.diff import RunKey, Side
+from evalkit.eval.score import REPORT_FORMAT, REPORT_VERSION
 from evalkit.eval.suite import SPLITS, Suite
 from evalkit.redact import redact
 from evalkit.report.shapes import check_matrix, check_report
 
-SCORE_FORMAT, SCORE_VERSION = "evalkit-score", 1
 MATRIX_FORMAT, MATRIX_VERSION = "evalkit-matrix", 1
 REPORT_FILE, MATRIX_FILE, RUN_FILE = "report.json", "matrix.json", "run.json"
 DEFAULT_BASELINE = "direct"
@@ -144,11 +144,19 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_report(path: Path) -> dict[str, Any]:
     """One ``report.json``, refused when it is not a score report this evalkit reads."""
     report = read_json(path)
-    _check_format(path, report, SCORE_FORMAT, SCORE_VERSION)
+    _check_format(path, report, REPORT_FORMAT, REPORT_VERSION)
     if not isinstance(report.get("verdicts"), list):
         raise EvalkitError(f"{path} has no verdicts list; it is not a score report")
     check_report(report, f"{path} is not a score report evalkit reads")
     return report
+
+
+def read_matrix(path: Path) -> dict[str, Any]:
+    """One ``matrix.json``, refused when it is not a measure matrix this evalkit reads."""
+    matrix = read_json(path)
+    _check_format(path, matrix, MATRIX_FORMAT, MATRIX_VERSION)
+    check_matrix(matrix, f"{path} is not a measure matrix evalkit reads")
+    return matrix
 
 
 def _check_format(path: Path, data: dict[str, Any], fmt: str, version: int) -> None:
@@ -179,10 +187,7 @@ def _scored(folder: Path) -> Scoring:
 
 
 def _measure(folder: Path, suite: Suite | None) -> Scoring:
-    path = folder / MATRIX_FILE
-    matrix = read_json(path)
-    _check_format(path, matrix, MATRIX_FORMAT, MATRIX_VERSION)
-    check_matrix(matrix, f"{path} is not a measure matrix evalkit reads")
+    matrix = read_matrix(folder / MATRIX_FILE)
     prov = matrix.get("provenance") or {}
     configurations = []
     for row in matrix["rows"]:

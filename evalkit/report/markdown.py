@@ -231,8 +231,14 @@ def _replaceable(path: Path) -> bool:
         return True
     except OSError as exc:
         raise EvalkitError(f"cannot check what {path} holds: {exc.strerror or exc}") from None
-    starts, holds = _OURS[path.name]
-    return not head or head.startswith(starts) and holds in head
+    return not head or begins_as_ours(path.name, head)
+
+
+def begins_as_ours(name: str, head: bytes) -> bool:
+    """Whether a report file called ``name`` (report.json or report.md) whose first
+    4 KB are ``head`` begins as evalkit writes it."""
+    starts, holds = _OURS[name]
+    return head.startswith(starts) and holds in head
 
 
 def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:

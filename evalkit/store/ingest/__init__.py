@@ -29,7 +29,9 @@ never import the caller's main module (a script need not guard its call).
 A caller may add tables derived from each batch (a ``Derivation``:
 ``evalkit.eval.tables`` adds the per-run summaries scoring reads), computed
 while the batch is in memory, so nothing is read twice and this module needs
-to know nothing of scoring. The dataset is written to a temporary folder and
+to know nothing of scoring; and tables made once from other files of the tree
+that the walk passes by name (a ``Gathering``: ``evalkit.report.verdict_table``
+adds the verdicts of the score reports kept beside the runs). The dataset is written to a temporary folder and
 renamed into place, so a reader never sees half of one.
 
 Where each part lives:
@@ -48,11 +50,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from evalkit.errors import EvalkitError
 from evalkit.gcpause import collector_paused
@@ -66,6 +70,23 @@ from evalkit.store.ingest.sql import connect
 from evalkit.store.layout import EVENTS_FILE, as_text
 
 
+class Gathering(Protocol):
+    """Tables made once from files of the tree other than the runs' own.
+
+    The walk keeps every file whose name is in ``names`` (in whatever folder it
+    lists, the dataset's own aside); once the runs are converted, the gathering is
+    called with the root and those paths, in path order, and returns its tables,
+    each of the shape ``schemas`` gives, written beside the others. ``manifest``
+    is merged into the dataset's manifest.
+    """
+
+    names: frozenset[str]
+    schemas: dict[str, pa.Schema]
+    manifest: dict[str, Any]
+
+    def __call__(self, root: Path, files: list[str]) -> list[tuple[str, pa.Table]]: ...
+
+
 @dataclass
 class IngestResult:
     """What one ingest did: where the dataset is, how much went in, how long it took."""
@@ -75,6 +96,8 @@ class IngestResult:
     events: int
     bytes: int
     seconds: float
+    #: Rows of each table a ``Gathering`` added.
+    gathered: dict[str, int] = field(default_factory=dict)
 
     @property
     def mb_per_s(self) -> float:
@@ -109,7 +132,7 @@ def _remove_abandoned(out: Path) -> None:
 
 def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
            batch_bytes: int = BATCH_BYTES, workers: int | None = None,
-           derive: Derivation | None = None) -> IngestResult:
+           derive: Derivation | None = None, gather: Gathering | None = None) -> IngestResult:
     """Turn every run directory under ``root`` (and events file directly in it) into a
     Parquet dataset folder at ``out``.
 
@@ -118,7 +141,8 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     folder and renamed into place. ``workers`` is how many processes convert
     batches, this one included (default: one per core, for every
     ``RUNS_PER_WORKER`` runs); however many there are, the tables come out as
-    one process would write them. ``derive`` adds tables computed from each batch.
+    one process would write them. ``derive`` adds tables computed from each batch,
+    ``gather`` tables made from other files of the tree.
     """
     started = time.perf_counter()
     root = Path(root)
@@ -139,25 +163,48 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         raise EvalkitError(f"cannot write a dataset at {out}: {exc.strerror or exc}") from None
     try:
         streams = Streams(root)
+        kept: list[str] = []
+        runs = walk(root, skip=out, keep=gather.names if gather is not None else frozenset(),
+                    kept=kept)
         with collector_paused():  # parsed lines form no cycles; its passes were a seventh of the CPU
-            n_runs, n_events, n_bytes = convert_runs(root, streams.note(walk(root, skip=out)), tmp,
-                                                 threads, batch_bytes, workers, derive)
+            n_runs, n_events, n_bytes = convert_runs(root, streams.note(runs), tmp,
+                                                     threads, batch_bytes, workers, derive)
         if not n_runs and earlier:
             raise EvalkitError(f"found no run directory (one holding {EVENTS_FILE}) under {root}; "
                                f"the dataset at {out} ({earlier} runs) is left as it was")
-        names = [*ds.TABLES, *(derive.schemas if derive is not None else ())]
+        gathered = _gather(gather, root, sorted(kept), tmp)
+        names = [*ds.TABLES, *(derive.schemas if derive is not None else ()),
+                 *(gather.schemas if gather is not None else ())]
         manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
                     "tables": {name: f"{name}.parquet" for name in names},
                     ds.WITHOUT_STREAM: streams.without(skip=out),
-                    **(derive.manifest if derive is not None else {})}
+                    **(derive.manifest if derive is not None else {}),
+                    **(gather.manifest if gather is not None else {})}
         (tmp / ds.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
         _replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return IngestResult(out=out, runs=n_runs, events=n_events, bytes=n_bytes,
-                        seconds=time.perf_counter() - started)
+                        seconds=time.perf_counter() - started, gathered=gathered)
+
+
+def _gather(gather: Gathering | None, root: Path, files: list[str], folder: Path
+            ) -> dict[str, int]:
+    """Write a gathering's tables into ``folder``; their rows by name."""
+    if gather is None:
+        return {}
+    made = dict(gather(root, files))
+    rows = {}
+    for name, schema in gather.schemas.items():
+        table = made.get(name, schema.empty_table())
+        if not table.schema.equals(schema):
+            raise TypeError(f"the gathered table {name} is not of its declared shape")
+        pq.write_table(table, folder / f"{name}.parquet", compression="zstd",
+                       compression_level=1)
+        rows[name] = len(table)
+    return rows
 
 
 def _check_out(root: Path, out: Path) -> int:
@@ -213,5 +260,5 @@ def _manifest(path: Path) -> dict[str, Any] | None:
     return found
 
 
-__all__ = ["BATCH_BYTES", "Derivation", "IngestResult", "connect", "discover",
+__all__ = ["BATCH_BYTES", "Derivation", "Gathering", "IngestResult", "connect", "discover",
            "events_table", "ingest", "read_text"]

@@ -49,7 +49,8 @@ class _Own:
                 and os.path.realpath(folder) == self.parent)
 
 
-def walk(root: Path, skip: Path | None = None) -> Iterator[str]:
+def walk(root: Path, skip: Path | None = None, *, keep: frozenset[str] = frozenset(),
+         kept: list[str] | None = None) -> Iterator[str]:
     """``discover``, lazily: each run directory as it is found, in component-wise path
     order (sorted(Path) order: a directory's subdirectories by name, a run before
     the runs inside it). Ingest converts the first runs while the rest are still to
@@ -58,6 +59,10 @@ def walk(root: Path, skip: Path | None = None) -> Iterator[str]:
     A file directly in ``root`` that holds a stream is a run too: ``score --runs
     DIR`` reads ``DIR/<key>`` as the mission's events file when it is a file, and
     the dataset must hold what that reads (``bare_stream`` says which files do).
+
+    Files named in ``keep`` that the walk passes (in any folder it lists) are appended
+    to ``kept`` as it goes, so a caller that wants other files of the tree (a
+    ``Gathering``) gets them without listing every folder a second time.
     """
     own = _Own(skip)
     top = os.fspath(root)
@@ -81,6 +86,9 @@ def walk(root: Path, skip: Path | None = None) -> Iterator[str]:
         for entry in entries:
             if entry.name == EVENTS_FILE and is_file(entry):
                 run = True
+            elif entry.name in keep and kept is not None \
+                    and entry.is_file(follow_symlinks=False):
+                kept.append(entry.path)
             elif entry.is_dir(follow_symlinks=False) and not own.holds(here, entry.name):
                 below.append(entry.name)
             elif here == top and bare_stream(entry) and not own.holds(here, entry.name):
