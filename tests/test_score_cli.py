@@ -127,6 +127,8 @@ def test_a_map_entry_for_the_other_half_is_left_unused(suite_and_runs, tmp_path)
     (["--map", "t0"], "bad --map 't0': write it as KEY=PATH"),
     (["--map", "nobody=x"], "bad --map: the suite has no mission 'nobody'"),
     (["--runs", "MISSING"], "does not exist"),
+    (["--runs", "RUNS", "--map", "t0=MISSING"], "bad --map t0=MISSING: it does not exist"),
+    (["--map", "t0=MISSING"], "bad --map t0=MISSING: it does not exist"),
     (["--runs", "RUNS", "--dataset", "RUNS"], "from --dataset or from --runs/--map, not both"),
     (["--map", "t0=x", "--dataset", "RUNS"], "from --dataset or from --runs/--map, not both"),
     ([], "nothing to score"),
@@ -136,7 +138,7 @@ def test_usage_errors_exit_two_with_one_sentence(suite_and_runs, args, message):
     args = [a.replace("MISSING", str(runs / "nope")).replace("RUNS", str(runs)) for a in args]
     result = invoke("score", "--suite", str(suite), *args)
     assert result.exit_code == 2
-    assert message in result.stderr
+    assert message.replace("MISSING", str(runs / "nope")) in result.stderr
     assert "Traceback" not in result.output
 
 

@@ -232,7 +232,11 @@ def _targets(missions: list[Mission], runs: Path | None,
     targets = []
     for m in missions:
         if m.key in mapping:
-            targets.append(_Target(m.key, Path(mapping[m.key]), str(mapping[m.key]), None))
+            path = Path(mapping[m.key])
+            if not os.path.lexists(path):  # a mistyped path, as a missing --runs folder is
+                raise EvalkitError(f"bad --map {m.key}={as_text(str(mapping[m.key]))}: "
+                                   "it does not exist")
+            targets.append(_Target(m.key, path, str(mapping[m.key]), None))
         elif runs is not None:
             targets.append(_Target(m.key, runs / m.key, None, runs))
         else:
