@@ -289,6 +289,24 @@ def test_absent_claim_means_the_whole_vocabulary(tmp_path):
         "without 'flags' claims whole"]
 
 
+@pytest.mark.parametrize("field", ["flags", "vocabulary"])
+def test_a_refused_flags_or_vocabulary_is_one_problem_not_a_claim_of_every_flag(
+        tmp_path, field):
+    """A ``flags`` that is not a list was read as no ``flags`` (claiming the whole
+    vocabulary), so a "no mission captures" problem followed for every flag no
+    mission has; a refused ``vocabulary`` made each claimed extension flag "not in
+    the vocabulary" as well."""
+    data = good()
+    data["missions"] = [m for m in data["missions"] if m["flag"] != "absence"]
+    data["flags"] = sorted({m["flag"] for m in data["missions"]}) + ["custom"]
+    data["vocabulary"] = ["custom"]
+    data[field] = "custom"  # a bare string where a list belongs
+    with pytest.raises(SuiteError) as refused:
+        check_data(tmp_path, data)
+    assert len(refused.value.problems) == 1, refused.value.problems
+    assert refused.value.problems[0].startswith(f"suite field {field!r}")
+
+
 def test_a_narrow_claim_is_counted_in_the_summary(tmp_path):
     data = good()
     data["flags"] = ["chaining", "state", "boundary"]

@@ -68,7 +68,8 @@ def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
     bad = {index: fields for index, _, fields in loaded.partial}
     found = _missions_problems(_Rules.of(suite), tuple(m for _, m in placed),
                                tuple(index for index, _ in placed), bad)
-    found += suite_problems(suite, Tally.of(suite.missions), whole=loaded.whole)
+    found += suite_problems(suite, Tally.of(suite.missions), whole=loaded.whole,
+                            refused=loaded.refused)
     if not found:
         return exc
     lines = [exc.message, f"and what did load cannot be graded ({counted(found)}):",
@@ -425,27 +426,32 @@ def _suite_problems(suite: Suite) -> Iterable[str]:
     return suite_problems(suite, Tally.of(suite.missions))
 
 
-def suite_problems(suite: Suite, tally: Tally, *, whole: bool = True) -> Iterable[str]:
+def suite_problems(suite: Suite, tally: Tally, *, whole: bool = True,
+                   refused: frozenset[str] = frozenset()) -> Iterable[str]:
     """The suite-wide rules, over ``suite``'s own fields and the tally of all its missions.
 
     ``whole`` False: the tally is of the missions that loaded, not all of them,
     so the rules that count missions are left for when the suite loads.
+    ``refused``: suite fields the loader refused, whose rules are not run (a
+    ``flags`` that is not a list does not make the suite claim every flag).
     """
     pattern = _compile(suite.identifier_pattern)
     if isinstance(pattern, str):
         yield (f"suite field 'identifier_pattern': {suite.identifier_pattern!r} "
                f"does not compile: {pattern}")
     vocabulary = ", ".join(suite.vocabulary)
-    for flag in suite.claimed_flags or ():
-        if flag not in suite.vocabulary:
-            yield f"suite field 'flags': {flag!r} is not in the vocabulary ({vocabulary})"
-    if whole:
+    if "vocabulary" not in refused:
+        for flag in suite.claimed_flags or ():
+            if flag not in suite.vocabulary:
+                yield f"suite field 'flags': {flag!r} is not in the vocabulary ({vocabulary})"
+    if whole and not refused & {"flags", "vocabulary"}:
         captured = tally.captured
         claimed_by = "claimed" if suite.claimed_flags is not None else \
             "in the vocabulary, which a suite without 'flags' claims whole"
         for flag in dict.fromkeys(suite.claimed):
             if flag in suite.vocabulary and flag not in captured:
                 yield f"suite field 'flags': no mission captures {flag!r}, {claimed_by}"
+    if whole:
         total, held = tally.total, tally.held
         if held < MIN_TEST_MISSIONS:
             yield (f"suite field 'missions': only {held} test mission{'s' if held != 1 else ''}; "

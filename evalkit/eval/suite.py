@@ -234,6 +234,9 @@ class Loaded:
     #: mission with a blank for each bad required field, the names of the bad fields),
     #: so check also names what is wrong with their other fields.
     partial: tuple[tuple[int, Mission, frozenset[str]], ...] = ()
+    #: The suite fields given but refused (the loader has said why): the rules that
+    #: read them are not run over the blank left in their place.
+    refused: frozenset[str] = frozenset()
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -645,10 +648,12 @@ class _Builder:
                          "missing; a suite is a list of missions under 'missions'")
         if self.problems:
             raw = data.get("missions")
+            refused = frozenset(str(name) for name, value in data.items()
+                                if value is not None and name not in fields and name not in extras)
             loaded = None if "missions" not in fields else Loaded(
                 self.new_suite(fields, extras),
                 whole=isinstance(raw, list) and len(raw) == len(fields["missions"]),
-                positions=self.positions, partial=tuple(self.partial))
+                positions=self.positions, partial=tuple(self.partial), refused=refused)
             raise SuiteError.from_problems(self.path, self.problems, loaded=loaded)
         return self.new_suite(fields, extras)
 
