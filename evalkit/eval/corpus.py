@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.eval.harness_files import CAPTURE_FILE, REPORT_FILE, REPORT_MD, RUN_FILE
 from evalkit.eval.runner import GOOD, script_variants
 from evalkit.eval.score import score
 from evalkit.eval.suite import SUITE_FILES, Suite, load_suite
@@ -54,7 +55,7 @@ TITLE = "# recordings/: the recorded corpus"
 DROPPED = ("work", "approvals", "lock")
 #: Files ``evalkit run`` writes at the top of its ``--out`` that the corpus drops
 #: (provenance of one host and one moment) or writes again (the score report).
-DROPPED_TOP = ("run.json", "report.json", "report.md")
+DROPPED_TOP = (RUN_FILE, REPORT_FILE, REPORT_MD)
 
 #: Environment the recording runs never inherit: where runs, approvals and audit logs
 #: go, and endpoint settings, are the corpus's to decide.
@@ -252,7 +253,7 @@ def record_variant(target: Target, dest: Path, *, root: Path, jobs: int = DEFAUL
     for line in done.stderr.splitlines():
         if line.startswith(("warning:", "note:")):
             warn(f"{target.name}: {line}")
-    if done.returncode != 0 or not (dest / "report.json").is_file():
+    if done.returncode != 0 or not (dest / REPORT_FILE).is_file():
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
         raise EvalkitError(f"recording {target.name} failed (evalkit run exited "
                            f"{done.returncode}): {said[-1] if said else 'it said nothing'}")
@@ -270,7 +271,7 @@ def tidy(dest: Path, root: Path) -> None:
                     shutil.rmtree(path)
                 elif path.exists():
                     path.unlink()
-        command = mission / "command.json"
+        command = mission / CAPTURE_FILE
         if command.is_file():
             data = json.loads(command.read_text(encoding="utf-8"))
             replace_file(command, json.dumps(relativise(data, root), indent=2,

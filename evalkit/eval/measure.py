@@ -37,6 +37,13 @@ from evalkit import __version__
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging, stats
 from evalkit.eval.check import gradeable
+from evalkit.eval.harness_files import (
+    MATRIX_FILE,
+    MATRIX_FORMAT,
+    MATRIX_MD,
+    MATRIX_VERSION,
+    REPORT_FILE,
+)
 from evalkit.eval.runner import (
     EXECUTORS,
     Agent,
@@ -61,8 +68,6 @@ from evalkit.eval.score import missions_in
 from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.store.replace import replace_file, replace_files
 
-MATRIX_FORMAT = "evalkit-matrix"
-MATRIX_VERSION = 1
 BASELINE = "direct"
 
 #: Grounding keys that are tiers of their own; the basic tier is everything else.
@@ -376,7 +381,7 @@ def _row_entry(plan: RowPlan, repeat: int) -> dict[str, Any]:
         delta["manifest"] = None
     entry: dict[str, Any] = {"name": name, "question": plan.row.question, "delta": delta,
                              "status": plan.status, "dir": name, "reps": reps,
-                             "reports": [f"{r}/report.json" for r in reps]}
+                             "reports": [f"{r}/{REPORT_FILE}" for r in reps]}
     if plan.reason is not None:
         entry["reason"] = plan.reason
     if plan.notes:
@@ -451,7 +456,7 @@ def assemble(suite: Suite, out: Path, provenance: dict[str, Any], rows: list[dic
               "baseline": BASELINE, "rows": rows,
               "statistics": statistics(outcomes, _halves(missions))}
     # Together or not at all: a matrix.md beside the matrix.json of another run misleads.
-    replace_files([(out / "matrix.json", json_text(matrix)), (out / "matrix.md", to_markdown(matrix))])
+    replace_files([(out / MATRIX_FILE, json_text(matrix)), (out / MATRIX_MD, to_markdown(matrix))])
     return matrix
 
 
@@ -476,7 +481,7 @@ def statistics(outcomes: dict[str, dict[str, dict[str, list[str]]]],
 
 def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter) -> MeasureResult:
     """Re-derive every rep's report and the statistics from the runs on disk (no agent)."""
-    path = out / "matrix.json"
+    path = out / MATRIX_FILE
     try:
         matrix = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

@@ -47,10 +47,18 @@ from typing import Any, TextIO
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging, taxonomy
 from evalkit.eval.check import gradeable
+from evalkit.eval.harness_files import (
+    RUN_FILE,
+    RUN_FORMAT,
+    RUN_VERSION,
+    STDERR_FILE,
+    STDOUT_FILE,
+)
 from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite
 from evalkit.redact import REDACTED, Redactor
+from evalkit.store.layout import EVENTS_FILE
 from evalkit.store.replace import replace_file
 
 EXECUTORS = ("local", "ray")
@@ -63,8 +71,6 @@ DRAIN_GRACE_S = 2.0
 OBJECTIVE, RUNS = "{objective}", "{runs}"
 _PLACEHOLDER = re.compile(r"\{(objective|runs)\}")
 
-RUN_FORMAT = "evalkit-run"
-RUN_VERSION = 1
 
 #: What an agent says on stderr when it refuses a flag at startup (exit 2, no record).
 _REFUSAL = re.compile(r"not available|no such option|unrecognized argument|unknown option|"
@@ -218,8 +224,8 @@ def run_mission(job: Job) -> dict[str, Any]:
         "events": f"fd:{events_write}", "runs": "runs", "timeout_s": job.timeout_s,
         "exit_code": None, "timed_out": False, "wall_s": None, "spawn_error": None}
     t0 = time.monotonic()
-    with open(out / "events.jsonl", "wb") as events, open(out / "stdout.txt", "wb") as stdout, \
-            open(out / "stderr.txt", "wb") as stderr:
+    with open(out / EVENTS_FILE, "wb") as events, open(out / STDOUT_FILE, "wb") as stdout, \
+            open(out / STDERR_FILE, "wb") as stderr:
         stdout_fd, stdout_write = os.pipe()
         stderr_fd, stderr_write = os.pipe()
         redactor = Redactor(extra_values=job.secrets)  # one drain thread feeds both outputs
@@ -325,7 +331,7 @@ def refusal(capture: dict[str, Any], folder: Path) -> str | None:
     if capture.get("exit_code") != 2 or capture.get("events_bytes"):
         return None
     try:
-        text = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace")
+        text = (folder / STDERR_FILE).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
     for line in text.splitlines():
@@ -763,7 +769,7 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
         "notes": list(agent.notes)}
     if served.url is not None:
         provenance["served"] = served.url
-    write_json(out / "run.json", provenance)
+    write_json(out / RUN_FILE, provenance)
     return RunResult(out, report, provenance)
 
 

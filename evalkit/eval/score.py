@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.eval.harness_files import REPORT_FORMAT, REPORT_VERSION
 from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.eval.summary import RunSummary, pack, summarize, unpack
 from evalkit.eval.verdict import NOT_RUN, Verdict, judge
 from evalkit.store.layout import as_text, no_stream, resolve_events, resolve_relative
 from evalkit.store.reader import read_events_file
 
-REPORT_FORMAT = "evalkit-score"
-REPORT_VERSION = 1
 ENGINES = ("auto", "python", "duckdb")
 #: The plain fold (fanned out over the cores) beats DuckDB reading JSONL at every size
 #: measured (benchmarks/bench_scoring.py), so ``auto`` reads JSONL in Python; DuckDB

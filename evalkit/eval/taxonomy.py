@@ -34,14 +34,13 @@ from typing import Any
 
 from evalkit.errors import EvalkitError
 from evalkit.eval import stats
+from evalkit.eval.harness_files import CAPTURE_FILE
 from evalkit.store.reader import read_events_file
 
 PASS, FAIL, MISSING, INFRA = stats.PASS, stats.FAIL, stats.MISSING, stats.INFRA
 CATEGORIES: tuple[str, ...] = stats.OUTCOME_WORDS
 INFRA_KINDS: tuple[str, ...] = ("spawn_failure", "timeout", "zero_events", "endpoint_failure")
 
-#: The per-mission capture file ``run`` writes beside each stream.
-CAPTURE_FILE = "command.json"
 
 _DOWN = ("failed", "absent")
 

@@ -26,13 +26,19 @@ from urllib.parse import urlsplit, urlunsplit
 
 from evalkit.errors import EvalkitError
 from evalkit.eval.diff import RunKey, Side
-from evalkit.eval.score import REPORT_FORMAT, REPORT_VERSION
+from evalkit.eval.harness_files import (
+    MATRIX_FILE,
+    MATRIX_FORMAT,
+    MATRIX_VERSION,
+    REPORT_FILE,
+    REPORT_FORMAT,
+    REPORT_VERSION,
+    RUN_FILE,
+)
 from evalkit.eval.suite import SPLITS, Suite
 from evalkit.redact import redact
 from evalkit.report.shapes import check_matrix, check_report
 
-MATRIX_FORMAT, MATRIX_VERSION = "evalkit-matrix", 1
-REPORT_FILE, MATRIX_FILE, RUN_FILE = "report.json", "matrix.json", "run.json"
 DEFAULT_BASELINE = "direct"
 
 _REP = re.compile(r"rep(\d+)")

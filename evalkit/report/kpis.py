@@ -17,6 +17,7 @@ from typing import Any
 
 from evalkit.eval import stats
 from evalkit.eval.diff import INFRA_PREFIX
+from evalkit.eval.harness_files import MATRIX_FILE
 from evalkit.report.folders import Configuration, Scoring
 
 PASS, FAIL, FLAKY, MISSING, INFRA = "pass", "fail", "flaky", "missing", "infra"
@@ -49,7 +50,7 @@ class KpiRow:
     reply_rejected: int
     grounded: int
     grounding_verdicts: int
-    source: str  # "matrix.json" or "evalkit.eval.stats"
+    source: str  # MATRIX_FILE ("matrix.json") or "evalkit.eval.stats"
     pass_at_k: float | None = None
     pass_hat_k: float | None = None
     k: int | None = None
@@ -154,7 +155,7 @@ def _cell(scoring: Scoring, config: str, half: str,
     # shapes.check_matrix has refused any cell of another shape: absent is the only other case.
     written = (scoring.statistics.get(config) or {}).get(half)
     if written is not None:
-        return written, "matrix.json"
+        return written, MATRIX_FILE
     return stats.describe_cell(words), "evalkit.eval.stats"
 
 
@@ -219,7 +220,7 @@ def _paired(scoring: Scoring, half: str, words: dict[str, dict[str, list[str]]],
         if config.name == base:
             continue
         cell, source = cells[config.name]
-        found = cell.get("vs_baseline") if source == "matrix.json" else None
+        found = cell.get("vs_baseline") if source == MATRIX_FILE else None
         if not isinstance(found, dict):
             found, source = stats.compare(words[base], words[config.name]), "evalkit.eval.stats"
         # stats.compare's shape, checked by shapes.check_matrix when matrix.json wrote it.

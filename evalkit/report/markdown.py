@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from evalkit.errors import EvalkitError
-from evalkit.eval.score import REPORT_FORMAT
+from evalkit.eval.harness_files import REPORT_FILE, REPORT_FORMAT, REPORT_MD
 from evalkit.store.replace import Part, replace_file, replace_files
 
 
@@ -217,8 +217,8 @@ def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
 
 
 #: How the first bytes of each report file read when evalkit wrote it.
-_OURS = {"report.json": (b"{", f'"format": "{REPORT_FORMAT}"'.encode()),
-         "report.md": (b"# Suite `", "\n**Overall** \u2014 ".encode())}
+_OURS = {REPORT_FILE: (b"{", f'"format": "{REPORT_FORMAT}"'.encode()),
+         REPORT_MD: (b"# Suite `", "\n**Overall** \u2014 ".encode())}
 
 
 def _replaceable(path: Path) -> bool:
@@ -251,7 +251,7 @@ def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:
     a file evalkit did not write: ``--report`` may name any folder), and both
     files are written before either replaces its predecessor (``replace_files``).
     """
-    json_path, md_path = folder / "report.json", folder / "report.md"
+    json_path, md_path = folder / REPORT_FILE, folder / REPORT_MD
     if folder.exists() and not folder.is_dir():
         raise EvalkitError(f"cannot write the report to {folder}: it is a file, and --report "
                            "names the folder that holds report.json and report.md")

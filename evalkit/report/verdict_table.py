@@ -27,8 +27,9 @@ from typing import Any
 import pyarrow as pa
 
 from evalkit.errors import EvalkitError
+from evalkit.eval.harness_files import MATRIX_FILE, MATRIX_FORMAT, REPORT_FILE
 from evalkit.eval.verdict import KPI_NAMES
-from evalkit.report.folders import MATRIX_FILE, REPORT_FILE, read_matrix, read_report
+from evalkit.report.folders import read_matrix, read_report
 from evalkit.report.markdown import begins_as_ours
 from evalkit.store.layout import as_text
 from evalkit.store.values import flag, number, text
@@ -158,7 +159,7 @@ class VerdictTable:
 
 
 #: How a matrix.json evalkit wrote begins (``measure`` writes its format first).
-_MATRIX_HEAD = (b"{", b'"format": "evalkit-matrix"')
+_MATRIX_HEAD = (b"{", f'"format": "{MATRIX_FORMAT}"'.encode())
 
 
 def _begins_as(path: Path, name: str) -> bool:
