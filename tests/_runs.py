@@ -142,6 +142,18 @@ def corpus() -> dict[str, list[str] | bytes]:
             bare(grounding(False, repairs=2**62 + 3)),
             bare({"event": "step_started", "index": 2**63, "call": 1e300}),
         ],
+        # JSON that orjson refuses and the grammar allows: lone surrogate escapes (a
+        # JavaScript writer cutting a string mid-emoji), numbers past a double's range.
+        "half_characters": [
+            bare(started()),
+            '{"event":"tool_result","index":1,"tool":"mcp.read","arguments":{},"ok":true,'
+            '"exit_code":0,"output":"cut at \\ud83d","error":null,"handle":null,"truncated":true}',
+            '{"seq":2,"at":"2025-03-01T10:00:01Z","record":{"event":"answer",'
+            '"text":"42 \\ud83d\\ude00 and a half \\udc00","outcome":"answered","\\ud800":1}}',
+            '{"event":"mission_finished","outcome":"answered","steps":1,"max_steps":4,'
+            '"elapsed_s":1e400,"usage":{"total_tokens":' + "9" * 400 + "}}",
+            '{"event":"answer","text":"\\ud83d","outcome":NaN}',
+        ],
         "duplicates": [
             '{"event":"mystery","event":"answer","text":"a","outcome":"answered"}',
             '{"seq":1,"record":{"event":"answer","text":"x","outcome":"o"},'

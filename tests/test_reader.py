@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from evalkit.errors import EvalkitError
 from evalkit.store.layout import resolve_events, resolve_relative
-from evalkit.store.reader import parse_text, read_stream
+from evalkit.store.reader import parse_bytes, parse_text, read_stream
 from tests._stream_builders import good_run, write_stream
 
 
@@ -110,6 +110,22 @@ def test_a_fifty_megabyte_line_is_read_or_skipped_not_fatal(tmp_path):
     path.write_text(huge + "\n" + huge[: 1024 * 1024] + "\n", encoding="utf-8")
     read = read_stream(path)
     assert len(read.records) == 1 and read.torn == 1
+
+
+def test_json_orjson_refuses_is_read_as_the_grammar_allows(tmp_path):
+    """A lone surrogate escape (a JavaScript writer cutting a string mid-emoji) and a
+    number past a double's range are JSON: the line is read, not skipped as torn."""
+    read = parse_text(tmp_path, "\n".join([
+        '{"event": "answer", "text": "42 \\ud83d", "outcome": "answered"}',
+        '{"event": "answer", "text": "\\ud83d\\ude00 \\udc00x", "\\ud800": 1}',
+        '{"event": "mission_finished", "elapsed_s": 1e400, "steps": ' + "7" * 400 + "}",
+        '[1e400]', '{"event": "answer", "text": "\\ud83d", "n": NaN}']))
+    assert read.records == [
+        {"event": "answer", "text": "42 \ufffd", "outcome": "answered"},
+        {"event": "answer", "text": "\U0001f600 \ufffdx", "\ufffd": 1},
+        {"event": "mission_finished", "elapsed_s": None, "steps": None}]
+    assert (read.non_object, read.torn) == (1, 1)
+    assert parse_bytes(tmp_path, b'{"a": "\\ud83d"}\n').records == [{"a": "\ufffd"}]
 
 
 def test_nan_and_infinity_are_not_json(tmp_path):

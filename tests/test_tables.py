@@ -153,7 +153,13 @@ def _stream(draw: st.DrawFn) -> list[str]:
     lines = []
     for seq, kind in enumerate(draw(st.lists(st.integers(0, 9), max_size=12)), start=1):
         if kind == 0:
-            lines.append(draw(st.sampled_from(["", "   ", '{"event":"to', "[1]", "NaN", "{,}"])))
+            lines.append(draw(st.sampled_from([
+                "", "   ", '{"event":"to', "[1]", "NaN", "{,}",
+                # JSON orjson refuses: a lone surrogate escape, a number past a double
+                '{"event":"answer","text":"cut \\ud83d","outcome":"answered"}',
+                '{"event":"mission_finished","outcome":"answered","steps":1e400,"max_steps":2}',
+                '{"seq":9,"record":{"event":"tool_call","index":1,"tool":"mcp.\\udc00",'
+                '"arguments":{}}}'])))
         elif kind <= 4:
             lines.append(envelope(seq, draw(_record())))
         else:

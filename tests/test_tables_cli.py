@@ -237,3 +237,30 @@ def test_sql_json_lines_stay_json_and_a_query_that_is_not_utf8_is_one_sentence(t
     # A command-line argument of bytes that are not UTF-8 reaches Python as surrogates.
     bad = runner.invoke(main, ["sql", str(ds), "SELECT \udcff"])
     assert bad.exit_code == 2 and bad.stderr == "Error: query failed: the query is not UTF-8 text\n"
+
+
+def test_a_stream_cut_mid_emoji_scores_alike_from_the_runs_and_the_dataset(tmp_path):
+    """A JavaScript writer that cuts a string mid-emoji writes a lone surrogate escape;
+    the answer and mission_finished lines are still JSON, and both paths read them."""
+    runs = tmp_path / "runs"
+    lines = [json.dumps(r) for r in good_run()[:-2]]
+    lines += ['{"event":"answer","text":"The sum is 5 \\ud83d","outcome":"answered"}',
+              '{"event":"mission_finished","outcome":"answered","steps":2,"max_steps":0,'
+              '"elapsed_s":1e400}']
+    (runs / "a").mkdir(parents=True)
+    (runs / "a" / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    suite = write_suite(tmp_path / "s.yaml", padded([mission(
+        "a", expects_tools=["mcp.add"], expects_outcome="answered",
+        answer_must_match=["sum is 5"])]), flags=["chaining"])
+    runner = CliRunner()
+    assert runner.invoke(main, ["ingest", str(runs)]).exit_code == 0
+    reports = []
+    for source in (["--runs", str(runs)], ["--dataset", str(runs / "dataset.parquet")]):
+        done = runner.invoke(main, ["score", "--suite", str(suite), *source, "--json",
+                                    "--allow-failures"])
+        assert done.exit_code == 0, done.output
+        verdict = next(v for v in json.loads(done.stdout)["verdicts"] if v["key"] == "a")
+        reports.append(verdict)
+    assert reports[0] == reports[1]
+    assert reports[0]["passed"] and reports[0]["kpis"]["skipped_lines"] == 0
+    assert reports[0]["kpis"]["elapsed_s"] is None and reports[0]["kpis"]["answer_chars"] == 14

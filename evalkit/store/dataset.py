@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 
 from evalkit.contract import conforms
-from evalkit.store.reader import unwrap
+from evalkit.store.reader import loads, unwrap
 from evalkit.store.values import flag, number, text
 
 FORMAT = "evalkit-dataset"
@@ -89,8 +89,8 @@ def classify(line: str) -> tuple[str, dict[str, Any] | None, dict[str, Any] | No
     if not line.strip():
         return "blank", None, None
     try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        value = loads(line)
+    except ValueError:
         return "torn", None, None
     if not isinstance(value, dict):
         return "non_object", None, None

@@ -9,7 +9,10 @@ counted, never fatal; bytes that are not UTF-8 are replaced, not refused.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,12 +51,72 @@ def parse_line(line: str | bytes) -> dict[str, Any] | None | str:
     if not line.strip():
         return None
     try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        value = loads(line)
+    except ValueError:
         return "torn"
     if not isinstance(value, dict):
         return "non_object"
     return unwrap(value)
+
+
+def loads(line: str | bytes) -> Any:
+    """A line's JSON value; ValueError when the line is not JSON (a torn line).
+
+    orjson reads nearly every line. What it refuses and JSON's grammar allows is
+    read by the standard library: a lone UTF-16 surrogate escape (``"\\ud83d"``,
+    which JavaScript writes when it cuts a string in the middle of an emoji),
+    replaced by U+FFFD as bytes that are not UTF-8 are; and a number past a
+    double's range (``1e400``), read as null, since no field could hold it and
+    the dataset's ``record`` text says what the reader read. NaN and Infinity are
+    not JSON, and stay torn.
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        value = json.loads(line if isinstance(line, str) else line.decode("utf-8"),
+                           parse_constant=_not_json, parse_int=_as_orjson_reads,
+                           parse_float=_double_or_null)
+    except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
+        raise ValueError("not JSON") from None
+    return _whole_characters(value)
+
+
+def _as_orjson_reads(digits: str) -> int | float | None:
+    """An integer as orjson reads one: past 64 bits, a float; past a double's range, null."""
+    value = int(digits)
+    if -2**63 <= value < 2**64:
+        return value
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _double_or_null(digits: str) -> float | None:
+    """A number as a double; past a double's range (``1e400``), null: no JSON writer
+    could write it back, and no field reads infinity as a number."""
+    value = float(digits)
+    return value if math.isfinite(value) else None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _whole_characters(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_whole_characters(item) for item in value]
+    if isinstance(value, dict):
+        return {_whole_characters(k): _whole_characters(v) for k, v in value.items()}
+    return value
 
 
 def unwrap(value: dict[str, Any]) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
 from evalkit.errors import EvalkitError
 from evalkit.store.layout import (
     EVENTS_FILE,
@@ -23,6 +21,7 @@ from evalkit.store.layout import (
     as_text,
     is_file,
 )
+from evalkit.store.reader import loads
 
 
 def discover(root: Path, skip: Path | None = None) -> list[Path]:
@@ -129,8 +128,8 @@ def bare_stream(entry: os.DirEntry[str]) -> bool:
     for line in head.split(b"\n"):
         if line.strip():
             try:
-                first = orjson.loads(line)
-            except orjson.JSONDecodeError:
+                first = loads(line)
+            except ValueError:
                 return False
             return isinstance(first, dict) and ("event" in first or "record" in first)
     return not head.strip()  # nothing but white space: an empty stream
