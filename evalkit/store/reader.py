@@ -84,14 +84,13 @@ def loads(line: str | bytes) -> Any:
 
 
 def _as_orjson_reads(digits: str) -> int | float | None:
-    """An integer as orjson reads one: past 64 bits, a float; past a double's range, null."""
-    value = int(digits)
-    if -2**63 <= value < 2**64:
-        return value
-    try:
-        return float(value)
-    except OverflowError:
-        return None
+    """An integer as orjson reads one: past 64 bits, a float; past a double's range, null.
+    (Long ones are not made ints at all: Python refuses ints of 4,300 digits and more.)"""
+    if len(digits) <= 21:
+        value = int(digits)
+        if -2**63 <= value < 2**64:
+            return value
+    return _double_or_null(digits)
 
 
 def _double_or_null(digits: str) -> float | None:
