@@ -1,4 +1,4 @@
-"""The files ``run``, ``measure`` and ``score --report`` write, and their formats.
+"""The files ``run``, ``measure`` and ``score --report`` write: names, formats, first bytes.
 
 One owner for the names and format words that the harness writes and that
 the report, the diff, the verdicts table and the corpus read back
@@ -23,3 +23,16 @@ RUN_FORMAT, RUN_VERSION = "evalkit-run", 1
 #: Beside each mission's stream: how the agent was spawned and how it ended,
 #: and what it printed (scrubbed).
 CAPTURE_FILE, STDOUT_FILE, STDERR_FILE = "command.json", "stdout.txt", "stderr.txt"
+
+#: How the first bytes of each file read when evalkit wrote it: (how it starts, what
+#: its first 4 KB hold). The formats come first in the JSON evalkit writes.
+_HEADS = {REPORT_FILE: (b"{", f'"format": "{REPORT_FORMAT}"'.encode()),
+          REPORT_MD: (b"# Suite `", "\n**Overall** \u2014 ".encode()),
+          MATRIX_FILE: (b"{", f'"format": "{MATRIX_FORMAT}"'.encode())}
+
+
+def begins_as_ours(name: str, head: bytes) -> bool:
+    """Whether a file called ``name`` (report.json, report.md or matrix.json) whose
+    first 4 KB are ``head`` begins as evalkit writes it."""
+    starts, holds = _HEADS[name]
+    return head.startswith(starts) and holds in head

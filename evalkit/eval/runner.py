@@ -71,7 +71,6 @@ DRAIN_GRACE_S = 2.0
 OBJECTIVE, RUNS = "{objective}", "{runs}"
 _PLACEHOLDER = re.compile(r"\{(objective|runs)\}")
 
-
 #: What an agent says on stderr when it refuses a flag at startup (exit 2, no record).
 _REFUSAL = re.compile(r"not available|no such option|unrecognized argument|unknown option|"
                       r"unexpected argument|not supported", re.IGNORECASE)

@@ -363,8 +363,7 @@ def _gathered_tables(folder: Path, manifest: dict[str, Any]) -> list[str]:
     if not isinstance(named, dict):
         return []
     return [name for name, file in sorted(named.items())
-            if name not in ds.TABLES and name != SUMMARIES and isinstance(name, str)
-            and _TABLE_NAME.fullmatch(name) and file == f"{name}.parquet"
+            if name not in ds.TABLES and name != SUMMARIES and _TABLE_NAME.fullmatch(name) and file == f"{name}.parquet"
             and (folder / file).is_file()]
 
 

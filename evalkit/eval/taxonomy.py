@@ -41,7 +41,6 @@ PASS, FAIL, MISSING, INFRA = stats.PASS, stats.FAIL, stats.MISSING, stats.INFRA
 CATEGORIES: tuple[str, ...] = stats.OUTCOME_WORDS
 INFRA_KINDS: tuple[str, ...] = ("spawn_failure", "timeout", "zero_events", "endpoint_failure")
 
-
 _DOWN = ("failed", "absent")
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from evalkit.errors import EvalkitError
-from evalkit.eval.harness_files import REPORT_FILE, REPORT_FORMAT, REPORT_MD
+from evalkit.eval.harness_files import REPORT_FILE, REPORT_MD, begins_as_ours
 from evalkit.store.replace import Part, replace_file, replace_files
 
 
@@ -216,11 +216,6 @@ def write_report(report: dict[str, Any], folder: Path) -> tuple[Path, Path]:
                                            [to_markdown(report).encode("utf-8")]))
 
 
-#: How the first bytes of each report file read when evalkit wrote it.
-_OURS = {REPORT_FILE: (b"{", f'"format": "{REPORT_FORMAT}"'.encode()),
-         REPORT_MD: (b"# Suite `", "\n**Overall** \u2014 ".encode())}
-
-
 def _replaceable(path: Path) -> bool:
     """Whether writing a report over ``path`` loses nothing: absent, empty, or a
     score report of evalkit's (a ``--report DIR`` may name a folder of anything)."""
@@ -232,13 +227,6 @@ def _replaceable(path: Path) -> bool:
     except OSError as exc:
         raise EvalkitError(f"cannot check what {path} holds: {exc.strerror or exc}") from None
     return not head or begins_as_ours(path.name, head)
-
-
-def begins_as_ours(name: str, head: bytes) -> bool:
-    """Whether a report file called ``name`` (report.json or report.md) whose first
-    4 KB are ``head`` begins as evalkit writes it."""
-    starts, holds = _OURS[name]
-    return head.startswith(starts) and holds in head
 
 
 def write_rendered(folder: Path, rendered: Rendered) -> tuple[Path, Path]:

@@ -27,10 +27,9 @@ from typing import Any
 import pyarrow as pa
 
 from evalkit.errors import EvalkitError
-from evalkit.eval.harness_files import MATRIX_FILE, MATRIX_FORMAT, REPORT_FILE
+from evalkit.eval.harness_files import MATRIX_FILE, REPORT_FILE, begins_as_ours
 from evalkit.eval.verdict import KPI_NAMES
 from evalkit.report.folders import read_matrix, read_report
-from evalkit.report.markdown import begins_as_ours
 from evalkit.store.layout import as_text
 from evalkit.store.values import flag, number, text
 
@@ -107,7 +106,7 @@ class VerdictTable:
         for path in files:
             if os.path.basename(path) != REPORT_FILE:
                 continue
-            shown = as_text(os.fspath(path))
+            shown = as_text(path)
             report = self._report(Path(path), shown)
             if report is None:
                 continue
@@ -158,17 +157,10 @@ class VerdictTable:
         return placed
 
 
-#: How a matrix.json evalkit wrote begins (``measure`` writes its format first).
-_MATRIX_HEAD = (b"{", f'"format": "{MATRIX_FORMAT}"'.encode())
-
-
 def _begins_as(path: Path, name: str) -> bool:
     """Whether the file at ``path`` begins as evalkit writes a file called ``name``."""
     with open(path, "rb") as file:
-        head = file.read(4096)
-    if name == MATRIX_FILE:
-        return head.startswith(_MATRIX_HEAD[0]) and _MATRIX_HEAD[1] in head
-    return begins_as_ours(name, head)
+        return begins_as_ours(name, file.read(4096))
 
 
 def _table(report: dict[str, Any], where: str, config: str | None, rep: int | None

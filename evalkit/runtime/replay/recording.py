@@ -141,4 +141,3 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
         if isinstance(value, dict):
             out.append(value)
     return out
-

@@ -31,8 +31,9 @@ A caller may add tables derived from each batch (a ``Derivation``:
 while the batch is in memory, so nothing is read twice and this module needs
 to know nothing of scoring; and tables made once from other files of the tree
 that the walk passes by name (a ``Gathering``: ``evalkit.report.verdict_table``
-adds the verdicts of the score reports kept beside the runs). The dataset is written to a temporary folder and
-renamed into place, so a reader never sees half of one.
+adds the verdicts of the score reports kept beside the runs). The dataset is
+written to a temporary folder and renamed into place, so a reader never sees
+half of one.
 
 Where each part lives:
 

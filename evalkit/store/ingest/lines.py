@@ -104,7 +104,7 @@ def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool) -> _
     slow: list[tuple[int, int, str]] = []
     n = len(contents)
     counts = {kind: [0] * n for kind in _KINDS}
-    records, blank, torn, non_object = (counts[k] for k in _KINDS)
+    records, non_object = counts["record"], counts["non_object"]
     add_row, add_text, add_number = rows.append, texts.append, numbers.append
     for fid, content in enumerate(contents):
         if content is None:
