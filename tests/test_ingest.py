@@ -358,6 +358,52 @@ def test_every_line_reads_as_the_reference_either_way(tmp_path_factory, events, 
             assert {k: row[k] for k in expected} == expected, (name, row["line"])
 
 
+class _Folds:
+    """A derivation that keeps what ingest hands its ``fold``, by events path."""
+
+    schemas: dict = {}
+    manifest: dict = {}
+
+    def __init__(self) -> None:
+        self.got: dict[str, tuple] = {}
+
+    def fold(self, path: str, records: list, lines: list, skipped: int) -> tuple:
+        return path, records, lines, skipped
+
+    def __call__(self, con: object, events: object, runs: object, folded: list) -> list:
+        self.got.update((path, rest) for path, *rest in folded)
+        return []
+
+
+_ODD_LINES = st.sampled_from([
+    "", "  ", "{\"event\":\"to", "[1]", "7", "NaN", "{,}", "\x00\x01",
+    '{"event":"answer","text":"cut \\ud83d","outcome":"answered"}',
+    '{"seq":3,"record":{"event":"answer","text":"x"},"record":{"event":"tool_call"}}',
+    '{"seq":4,"record":[1]}', '{"seq":5,"event":"answer","record":{"event":"x"}}',
+    '{"event":"mission_finished","steps":1e400}', '{"a":1,"a":2}'])
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(streams=st.lists(st.lists(
+    st.tuples(_event(), st.booleans(), st.booleans(), _SCALAR).map(
+        lambda e: _text({"seq": e[3], "record": e[0]} if e[1] else e[0], e[2])) | _ODD_LINES,
+    max_size=8), min_size=1, max_size=3))
+def test_a_derivation_folds_the_records_the_reader_reads(tmp_path_factory, streams):
+    """What ingest hands a derivation's fold is reader.parse_text's reading, line for line."""
+    runs = tmp_path_factory.mktemp("runs")
+    for i, lines in enumerate(streams):
+        (runs / f"r{i}").mkdir()
+        (runs / f"r{i}" / "events.jsonl").write_text("".join(f"{line}\n" for line in lines),
+                                                     encoding="utf-8")
+    folds = _Folds()
+    ingest(runs, runs / "ds", derive=folds, workers=1)
+    assert sorted(folds.got) == [f"r{i}/events.jsonl" for i in range(len(streams))]
+    for path, (records, lines, skipped) in folds.got.items():
+        read = read_events_file(runs / path)
+        assert (records, lines, skipped) == (read.records, read.lines, read.skipped), path
+
+
 def test_a_tool_call_with_string_arguments_is_ingested(tmp_path: Path) -> None:
     """DuckDB once cast the unwrapped string back to JSON: {"arguments":"x"} failed."""
     run = tmp_path / "runs" / "r"
@@ -407,7 +453,10 @@ class _DiesInAWorker:
 
         self.parent = os.getpid()
 
-    def __call__(self, con: object, events: object, runs: object, texts: object) -> list:
+    def fold(self, *stream: object) -> None:
+        return None
+
+    def __call__(self, con: object, events: object, runs: object, folded: object) -> list:
         import os
 
         if os.getpid() != self.parent:
@@ -431,6 +480,8 @@ from evalkit.store.ingest import ingest
 
 class Stall:  # defined in __main__: ingest converts in this process
     schemas, manifest = {}, {}
+    def fold(self, *stream):
+        return None
     def __call__(self, *args):
         print("converting", flush=True)
         time.sleep(60)

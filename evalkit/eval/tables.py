@@ -47,7 +47,6 @@ from evalkit.eval.summary import (
 )
 from evalkit.store import dataset as ds
 from evalkit.store.layout import resolve_relative
-from evalkit.store.reader import parse_text
 from evalkit.store.values import flag, number, text
 
 if TYPE_CHECKING:  # DuckDB and the ingest SQL load only where a query runs:
@@ -286,15 +285,16 @@ class SummaryDerivation:
     def manifest(self) -> dict[str, Any]:
         return {SUMMARIES: {"version": summary_version()}}
 
-    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table, runs: pa.Table,
-                 texts: list[str]) -> list[tuple[str, pa.Table]]:
-        # The reference fold over the very text being ingested: what `score --runs`
+    def fold(self, events_path: str, records: list[dict[str, Any]], lines: list[int],
+             skipped: int) -> RunSummary:
+        # The reference fold over the very records being ingested: what `score --runs`
         # computes, for a fifth of what the aggregate query costs here.
-        found: dict[str, RunSummary] = {}
-        for path, content in zip(runs.column("events_path").to_pylist(), texts, strict=True):
-            read = parse_text(Path(path), content)
-            found[path] = summarize(read.records, read.lines, source=path, skipped=read.skipped)
-        return [(SUMMARIES, _summaries_table(found))]
+        return summarize(records, lines, source=events_path, skipped=skipped)
+
+    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table, runs: pa.Table,
+                 folded: list[RunSummary]) -> list[tuple[str, pa.Table]]:
+        paths = runs.column("events_path").to_pylist()
+        return [(SUMMARIES, _summaries_table(dict(zip(paths, folded, strict=True))))]
 
 
 def ingest(root: Path, out: Path | None = None, **options: Any) -> ing.IngestResult:

@@ -27,8 +27,11 @@ if TYPE_CHECKING:
 
 class Derivation(Protocol):
     """Extra tables computed from each batch: its ``events`` and ``runs`` tables, and
-    ``texts``, each events file's text as the reader decodes it (parallel to ``runs``).
+    ``folded``, what ``fold`` made of each events file (parallel to ``runs``).
 
+    ``fold`` is handed each events file's records as ``reader.parse_text`` reads them
+    (their file lines, and how many lines were skipped) while ingest has them parsed:
+    the one parse of the batch serves both, and nothing is read twice.
     ``con`` is the batch's DuckDB connection, opened when first used.
     ``schemas`` names the tables and their shapes; ``manifest`` is merged into
     the dataset's manifest (say what version of the derivation wrote them).
@@ -40,8 +43,11 @@ class Derivation(Protocol):
     schemas: dict[str, pa.Schema]
     manifest: dict[str, Any]
 
+    def fold(self, events_path: str, records: list[dict[str, Any]], lines: list[int],
+             skipped: int) -> Any: ...
+
     def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table, runs: pa.Table,
-                 texts: list[str]) -> list[tuple[str, pa.Table]]: ...
+                 folded: list[Any]) -> list[tuple[str, pa.Table]]: ...
 
 
 def _with_keys(table: pa.Table, schema: pa.Schema, keys: dict[str, list[str]]) -> pa.Table:
@@ -109,13 +115,18 @@ def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: Batch,
     """Convert one batch: (its number of events, the tables to append)."""
     out: list[tuple[str, pa.Table]] = []
     rels = batch.events_paths
-    events, counts = events_table(con, batch.events)
+    folded: list[Any] = [None] * len(rels)
+
+    def fold(fid: int, records: list[dict[str, Any]], lines: list[int], skipped: int) -> None:
+        folded[fid] = derive.fold(rels[fid], records, lines, skipped)  # type: ignore[union-attr]
+
+    events, counts = events_table(con, batch.events, fold if derive is not None else None)
     runs = _runs_table(events, batch, rels, counts)
     events = _with_keys(events, ds.EVENTS_SCHEMA, {"run": batch.runs, "events_path": rels})
     out.append(("runs", runs))
     out.append(("events", events))
     if derive is not None:
-        out.extend(derive(con, events, runs, batch.events))
+        out.extend(derive(con, events, runs, folded))
     for name, kind, contents, schema, file in (
         ("model_calls", "model", batch.models, ds.MODEL_SCHEMA, MODEL_FILE),
         ("tool_calls", "tools", batch.tools, ds.TOOL_SCHEMA, TOOLS_FILE),

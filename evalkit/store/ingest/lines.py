@@ -82,7 +82,13 @@ class _Parsed:
     counts: dict[str, np.ndarray]
 
 
-def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool) -> _Parsed:
+#: Handed each file's records as the reader reads them: (fid, records, their lines, lines
+#: skipped), in file order, while they are still in memory.
+Fold = Callable[[int, list[dict[str, Any]], list[int], int], None]
+
+
+def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool,
+           fold: Fold | None = None) -> _Parsed:
     """Read every line as ``reader.parse_text`` does (orjson: blank, torn, non-object or a
     record, envelopes unwrapped) and keep the records whose text is exactly what
     ``orjson.dumps`` writes for them.
@@ -93,6 +99,10 @@ def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool) -> _
     the columns are computed from the parsed record by the reference functions
     themselves. Every other record line (spaces, other number spellings, duplicate
     keys, NaN…) goes to the SQL path, which decides it as before.
+
+    ``fold``, if given, is handed every file's records as ``reader.parse_text`` reads
+    them (envelopes unwrapped, whatever their spelling), so a derivation folds them
+    from this one parse rather than reading the text again.
     """
     loads, dumps = orjson.loads, orjson.dumps
     refused, unwritable = orjson.JSONDecodeError, orjson.JSONEncodeError
@@ -108,24 +118,36 @@ def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool) -> _
     add_row, add_text, add_number = rows.append, texts.append, numbers.append
     for fid, content in enumerate(contents):
         if content is None:
+            if fold is not None:
+                fold(fid, [], [], 0)
             continue
         pieces = content.split("\n")
         if not pieces[-1]:
             pieces.pop()  # the newline that ends the last line starts no new line
         taken = len(rows)
+        read: list[dict[str, Any]] = []
+        read_lines: list[int] = []
         for number, line in enumerate(pieces, 1):
             try:
                 value = loads(line)
             except refused:
-                kind = ds.classify(line)[0]  # the reader's reading of what orjson refuses
+                # The reader's reading of what orjson refuses.
+                kind, record, _ = ds.classify(line)
                 if kind == "record":  # JSON all the same (a lone surrogate escape, 1e400)
                     slow.append((fid, number, line))
+                    if fold is not None:
+                        read.append(record)  # type: ignore[arg-type]
+                        read_lines.append(number)
                 else:
                     counts[kind][fid] += 1
                 continue
             if type(value) is not dict:
                 non_object[fid] += 1
                 continue
+            if fold is not None:  # reader.unwrap, inlined as in reader._parse
+                inner = value.get("record") if "seq" in value and "event" not in value else None
+                read.append(inner if type(inner) is dict else value)
+                read_lines.append(number)
             envelope = None
             try:
                 fast = dumps(value).decode() == line
@@ -157,6 +179,9 @@ def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool) -> _
         taken = len(rows) - taken
         records[fid] += taken
         fids.extend([fid] * taken)
+        if fold is not None:
+            fold(fid, read, read_lines,
+                 counts["blank"][fid] + counts["torn"][fid] + non_object[fid])
     return _Parsed(fids, numbers, rows, texts, slow,
                    {kind: np.array(c, dtype=np.int64) for kind, c in counts.items()})
 
@@ -241,13 +266,14 @@ def _top_keys(spec: _Spec) -> tuple[str, ...]:
     return tuple(dict.fromkeys(path[0] for _, path, _ in spec))
 
 
-def lines_table(con: duckdb.DuckDBPyConnection, contents: list[str | None], kind: str
-                 ) -> tuple[pa.Table, dict[str, np.ndarray]]:
+def lines_table(con: duckdb.DuckDBPyConnection, contents: list[str | None], kind: str,
+                fold: Fold | None = None) -> tuple[pa.Table, dict[str, np.ndarray]]:
     """The record rows (with ``fid`` and ``line``) and per-file line counts of one kind of
-    file (``events``, ``model`` or ``tools``): the fast path's rows and the SQL's, in order."""
+    file (``events``, ``model`` or ``tools``): the fast path's rows and the SQL's, in order.
+    ``fold`` is handed each file's records as the reader reads them (see ``_parse``)."""
     row, fields, spec = _KIND_WAYS[kind]
     events = kind == "events"
-    parsed = _parse(contents, _EVENT_TOP if events else _top_keys(spec), events)
+    parsed = _parse(contents, _EVENT_TOP if events else _top_keys(spec), events, fold)
     schema = pa.schema([pa.field("fid", pa.int32()), pa.field("line", pa.int32()), *fields])
     types = {f.name: f.type for f in schema}
     columns = (_event_columns(parsed, types) if events
@@ -364,7 +390,8 @@ _KIND_WAYS: dict[str, tuple[RowFn, list[pa.Field], _Spec]] = {
 }
 
 
-def events_table(con: duckdb.DuckDBPyConnection, contents: list[str | None]
-                 ) -> tuple[pa.Table, dict[str, np.ndarray]]:
-    """Event rows (with ``fid``) and per-file line counts for a list of events-file texts."""
-    return lines_table(con, contents, "events")
+def events_table(con: duckdb.DuckDBPyConnection, contents: list[str | None],
+                 fold: Fold | None = None) -> tuple[pa.Table, dict[str, np.ndarray]]:
+    """Event rows (with ``fid``) and per-file line counts for a list of events-file texts
+    (``fold``: see ``_parse``)."""
+    return lines_table(con, contents, "events", fold)
