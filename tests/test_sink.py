@@ -170,3 +170,13 @@ def test_parallel_writers_never_interleave_lines(tmp_path: Path) -> None:
 def test_encode_line_canonical() -> None:
     assert encode_line({"b": 1, "a": "é"}, canonical=True) == '{"a":"é","b":1}\n'.encode()
     assert encode_line({"b": 1, "a": 2}) == b'{"b":1,"a":2}\n'
+
+
+@pytest.mark.parametrize("canonical", [False, True])
+def test_a_lone_surrogate_is_written_escaped_and_reads_back_exactly(canonical: bool) -> None:
+    """UTF-8 cannot carry half an emoji; the line escapes it rather than fail the record."""
+    record = {"event": "answer", "text": "cut \ud83d", "note": "é ✓"}
+    line = encode_line(record, canonical=canonical)
+    assert line.endswith(b"\n") and b"\\ud83d" in line and line.isascii()
+    assert json.loads(line) == record
+    assert encode_line({"text": "é ✓"}, canonical=canonical) == '{"text":"é ✓"}\n'.encode()

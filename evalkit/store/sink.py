@@ -35,21 +35,36 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def json_bytes(obj: Any, **options: Any) -> bytes:
+    """``json.dumps(obj, ensure_ascii=False, **options)`` as UTF-8 bytes, whatever its text.
+
+    A string may hold a lone UTF-16 surrogate, which UTF-8 cannot carry: an endpoint
+    that cuts an emoji in half sends ``"\\ud83d"``, and Python's JSON reader hands that
+    on as is. Such a value is written with every non-ASCII character escaped, the
+    surrogate as ``\\ud83d``: valid JSON that reads back to the very same string,
+    where encoding it would raise and lose the record (or crash the mission).
+    """
+    try:
+        return json.dumps(obj, ensure_ascii=False, **options).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(obj, ensure_ascii=True, **options).encode("ascii")
+
+
 def encode_line(obj: Any, *, canonical: bool = False) -> bytes:
     """One NDJSON line as UTF-8 bytes: non-ASCII as is, never NaN/Infinity.
 
     ``canonical`` sorts keys and drops spaces (what the recordings use). A
-    non-finite float becomes null rather than making the record unwritable.
+    non-finite float becomes null rather than making the record unwritable;
+    a lone surrogate is escaped (``json_bytes``).
     """
-    options: dict[str, Any] = {"ensure_ascii": False, "allow_nan": False,
-                               "separators": (",", ":")}
+    options: dict[str, Any] = {"allow_nan": False, "separators": (",", ":")}
     if canonical:
         options["sort_keys"] = True
     try:
-        text = json.dumps(obj, **options)
+        data = json_bytes(obj, **options)
     except ValueError:
-        text = json.dumps(_finite(obj), **options)
-    return (text + "\n").encode("utf-8")
+        data = json_bytes(_finite(obj), **options)
+    return data + b"\n"
 
 
 class EventSink:

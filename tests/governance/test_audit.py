@@ -77,3 +77,31 @@ def test_evalkit_audit_moves_and_silences_the_log(tmp_path: Path) -> None:
     refused = cli(tmp_path, "mission", "x", "--script", str(script),
                   env=clean_env(tmp_path, EVALKIT_AUDIT=str(blocker / "audit")))
     assert refused.returncode == 2 and "cannot create the audit folder" in refused.stderr
+
+
+def test_a_lone_surrogate_in_a_decision_is_escaped_not_a_crash(tmp_path: Path) -> None:
+    from evalkit.runtime.governance.audit import AuditLog
+
+    log = AuditLog(tmp_path)
+    path = log.open("run_x")
+    log.write({"tool": "fs", "reason": "cut \udcff", "run_id": "run_x"})
+    assert json.loads(path.read_bytes())["reason"] == "cut \udcff"
+
+
+def test_a_file_name_that_is_not_utf8_is_listed_read_and_audited(governed: RunGoverned,
+                                                                  tmp_path: Path) -> None:
+    """os reads such a name as lone surrogates; the run lists it, reads it back by that
+    name and records every step, where writing it used to crash the mission."""
+    import os
+
+    root = tmp_path / "odd"
+    root.mkdir()
+    with open(os.path.join(os.fsencode(root), b"bad\xffname.txt"), "wb") as handle:
+        handle.write(b"hello")
+    done = governed([call("fs", action="list"), call("fs", action="read", path="bad\udcffname.txt"),
+                     answer("done")], profile="safe", servers=0, root=root)
+    assert done.outcome.outcome == "answered"
+    listed, read = done.results()
+    assert "bad\udcffname.txt" in listed["output"] and read["output"] == "hello"
+    assert [a["bytes_out"] for a in done.audit] == [
+        len(listed["output"].encode("utf-8", "surrogatepass")), 5]

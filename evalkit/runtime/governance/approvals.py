@@ -36,6 +36,7 @@ from evalkit.redact import redact_obj
 from evalkit.runtime.governance.audit import beside_runs
 from evalkit.store.replace import replace_file
 from evalkit.store.runstore import now_iso
+from evalkit.store.sink import json_bytes
 
 APPROVALS_ENV = "EVALKIT_APPROVALS"
 DEFAULT_APPROVALS_ROOT = Path(".evalkit") / "approvals"
@@ -136,9 +137,9 @@ class ApprovalStore:
 
     def _put(self, record: dict[str, Any]) -> dict[str, Any]:
         clean = redact_obj(record)
-        text = json.dumps(clean, ensure_ascii=False, indent=2, sort_keys=False) + "\n"
+        data = json_bytes(clean, indent=2, sort_keys=False) + b"\n"
         try:
-            replace_file(self.path_of(clean["id"]), text.encode("utf-8"), fsync=True)
+            replace_file(self.path_of(clean["id"]), data, fsync=True)
         except OSError as exc:
             raise EvalkitError(f"cannot write approval {clean['id']}: {exc.strerror or exc}"
                                ) from None

@@ -12,7 +12,6 @@ timestamp when nothing is recorded. Arguments are not copied here: the recording
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.redact import redact_obj
 from evalkit.store.runstore import now_iso
+from evalkit.store.sink import json_bytes
 
 AUDIT_ENV = "EVALKIT_AUDIT"
 DEFAULT_AUDIT_ROOT = Path(".evalkit") / "audit"
@@ -93,9 +93,7 @@ class AuditLog:
 
     def write(self, entry: dict[str, Any]) -> None:
         """Append one decision, redacted, and fsync it. Raises EvalkitError on a write error."""
-        line = json.dumps(redact_obj(entry), ensure_ascii=False, separators=(",", ":"),
-                          default=str) + "\n"
-        data = line.encode("utf-8")
+        data = json_bytes(redact_obj(entry), separators=(",", ":"), default=str) + b"\n"
         with self._lock:
             if self._fd is None:
                 raise EvalkitError("the audit log is not open")

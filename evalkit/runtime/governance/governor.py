@@ -341,9 +341,12 @@ class Governor:
         result = plane.dispatch(name, arguments)
         took = time.monotonic() - started
         ran = result.exit_code is not None
+        # A file name that is not UTF-8 lists as lone surrogates (os's reading): counted,
+        # not a crash.
+        size = len(result.output.encode("utf-8", "surrogatepass"))
         self._write_audit(name, verdict.scopes, "allowed" if ran else "error",
                           verdict.reason if ran else (result.error or "the dispatch failed"),
-                          result.exit_code, took, len(result.output.encode("utf-8")), index,
+                          result.exit_code, took, size, index,
                           approval_id=verdict.approval_id)
         return result
 
