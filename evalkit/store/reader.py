@@ -76,11 +76,11 @@ def loads(line: str | bytes) -> Any:
         pass
     try:
         value = json.loads(line if isinstance(line, str) else line.decode("utf-8"),
-                           parse_constant=_not_json, parse_int=_as_orjson_reads,
+                           parse_constant=not_json, parse_int=_as_orjson_reads,
                            parse_float=_double_or_null)
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
         raise ValueError("not JSON") from None
-    return _whole_characters(value)
+    return whole_characters(value)
 
 
 def _as_orjson_reads(digits: str) -> int | float | None:
@@ -100,21 +100,23 @@ def _double_or_null(digits: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _not_json(constant: str) -> Any:
+def not_json(constant: str) -> Any:
+    """A ``parse_constant`` for ``json.loads``: NaN and Infinity are not JSON."""
     raise ValueError(f"{constant} is not JSON")
 
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _whole_characters(value: Any) -> Any:
-    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+def whole_characters(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD
+    (what UTF-8 text cannot carry, read as bytes that are not UTF-8 are)."""
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
-        return [_whole_characters(item) for item in value]
+        return [whole_characters(item) for item in value]
     if isinstance(value, dict):
-        return {_whole_characters(k): _whole_characters(v) for k, v in value.items()}
+        return {whole_characters(k): whole_characters(v) for k, v in value.items()}
     return value
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from evalkit.runtime import Bounds, OpenAIBackend, WaitPolicy
+from evalkit.runtime.replay.recording import read_recording
 from tests.runtime.chat_server import ChatServer, closed_port_url
 from tests.runtime.conftest import RunMission
 
@@ -130,3 +131,23 @@ def test_the_api_key_never_reaches_the_recording(server: ChatServer, mission: Ru
     run_files = "".join(p.read_text() for p in done.run_dir.iterdir() if p.is_file())
     assert key not in run_files
     assert key not in json.dumps(done.records)
+
+
+def test_a_reply_cut_mid_emoji_is_recorded_and_replayed_as_sent(server: ChatServer,
+                                                                  mission: RunMission) -> None:
+    """An endpoint that cuts an emoji in half sends a lone surrogate (as ``\\ud83d``), and
+    the SDK hands it on as is: the run answers, every file records it, a replay reads it
+    back exactly. (UTF-8 cannot carry it: writing it used to crash the mission.)"""
+    half = "\ud83d"
+    content = '{"answer": "cut \\ud83d", "note": "' + half + '"}'
+    server.reply(content)
+    done = mission(OpenAIBackend(model="m1", base_url=server.base_url), mcp=False)
+    assert done.outcome.outcome == "answered" and done.outcome.answer == "cut " + half
+    assert done.events("answer")[0]["text"] == "cut " + half
+    assert done.model_calls[0]["reply"]["content"] == content
+    assert done.run_dir is not None
+    recording = read_recording(done.run_dir)
+    assert recording.model_calls[0]["reply"]["content"] == content
+    assert [r["event"] for r in recording.records][-1] == "mission_finished"
+    answer = next(r for r in recording.records if r["event"] == "answer")
+    assert answer["text"] == "cut \ufffd"  # the stream reader's reading, as Parquet holds it

@@ -186,6 +186,16 @@ def test_a_slow_call_times_out_and_the_session_survives(tmp_path: Path) -> None:
         assert plane.dispatch("mcp.echo", {"text": "still here"}).output == "still here"
 
 
+def test_half_an_emoji_in_arguments_reaches_the_server_and_the_session_survives(
+        tmp_path: Path) -> None:
+    """A lone surrogate (a model cut an emoji in half) cannot go over UTF-8: it goes as
+    U+FFFD, where it used to make the SDK's writer fail and close the connection."""
+    with ToolPlane(tmp_path, ResultStore(), mcp_stdio=[STUB]) as plane:
+        half = plane.dispatch("mcp.echo", {"text": "cut \ud83d"})
+        assert half.ok and half.output == "cut \ufffd"
+        assert plane.dispatch("mcp.echo", {"text": "still here"}).output == "still here"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("command", "says"), [
     ("/nonexistent/evalkit-server", "did not start: No such file or directory"),

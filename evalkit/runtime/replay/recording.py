@@ -9,6 +9,7 @@ taken and no torn tail is cut, so a recording being replayed keeps its bytes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import orjson
 
 from evalkit.errors import EvalkitError
 from evalkit.store import layout
-from evalkit.store.reader import file_bytes, read_events_file
+from evalkit.store.reader import file_bytes, not_json, read_events_file
 
 #: Outcomes that end a mission for good: resuming one is refused.
 CONCLUSIONS = ("answered", "answered_with_caveat", "budget_exhausted")
@@ -114,10 +115,9 @@ def read_recording(path: Path) -> Recording:
     path = Path(path)
     records = read_events_file(path / layout.EVENTS_FILE).records
     data = file_bytes(path / layout.META_FILE)
-    try:
-        meta = {} if data is None else orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise EvalkitError(f"{path / layout.META_FILE} is not valid JSON") from None
+    meta = {} if data is None else _exact(data)
+    if meta is None:
+        raise EvalkitError(f"{path / layout.META_FILE} is not valid JSON")
     if not isinstance(meta, dict):
         raise EvalkitError(f"{path / layout.META_FILE} is not a run's meta.json")
     return Recording(path=path, meta_file=meta, records=records,
@@ -134,10 +134,29 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     for line in data.splitlines():
         if not line.strip():
             continue
-        try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError:
+        value = _exact(line)
+        if value is None:
             continue  # a crash mid-write leaves at most this; it was never acknowledged
         if isinstance(value, dict):
             out.append(value)
     return out
+
+
+def _exact(data: bytes) -> Any:
+    """JSON read exactly as it was written, or None when it is not JSON (torn).
+
+    orjson first; what it refuses may be JSON all the same. The run store escapes a
+    lone surrogate (``sink.json_bytes``: an endpoint cut an emoji in half) and orjson
+    refuses the escape, where Python's reader gives the very string back: a replay
+    serves what the model sent. (The stream reader makes such a character U+FFFD, as
+    Parquet must; a replay owes the recording its exact text.) NaN is not JSON.
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data, parse_constant=not_json)
+    except ValueError:  # torn (UnicodeDecodeError is one too)
+        return None
+

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 from evalkit.errors import EvalkitError
 from evalkit.runtime.tools.descriptor import BUILTIN_PLANE, ToolResult
+from evalkit.store.reader import whole_characters
 
 DEFAULT_START_TIMEOUT_S = 30.0
 DEFAULT_CALL_TIMEOUT_S = 60.0
@@ -311,7 +312,10 @@ class McpHub:
         session = conn.session
         if session is None:
             raise RuntimeError("the server is not running")
-        return await session.call_tool(name, arguments, read_timeout_seconds=self.call_timeout_s)
+        # A lone surrogate (half an emoji from the model) is U+FFFD on the wire: UTF-8
+        # cannot carry it, and the SDK's writer would fail on it and close the connection.
+        return await session.call_tool(name, whole_characters(arguments),
+                                       read_timeout_seconds=self.call_timeout_s)
 
     def _run(self, coro: Any, timeout: float) -> Any:
         if self._loop is None or self._loop.closed:
