@@ -124,12 +124,21 @@ class Odd(Exception):
     """Something about a piece that only the whole-suite loader can word."""
 
 
-def missions(pieces: Pieces, index: int, chunk_chars: int = 2**21) -> Iterator[tuple[Mission, ...]]:
-    """Piece ``index``'s missions, a few thousand at a time (raises ``Odd``).
+#: Suite text parsed at once by ``missions``: about a hundred missions.
+CHUNK_CHARS = 2**16
 
-    Parsed and built a chunk at a time, so the parsed JSON of one chunk is
-    freed before the next is parsed: the memory is reused rather than
-    grown, which is time too where page faults are dear.
+
+def missions(pieces: Pieces, index: int, chunk_chars: int = CHUNK_CHARS
+             ) -> Iterator[tuple[Mission, ...]]:
+    """Piece ``index``'s missions, about a hundred at a time (raises ``Odd``).
+
+    Parsed and built a chunk at a time, and each chunk is judged and rendered
+    before the next is parsed, so what one chunk makes (its parsed JSON,
+    missions, summaries, verdicts, their JSON) is small enough to stay in the
+    CPU's caches and its memory is reused rather than grown. At 100,000
+    missions, chunks of 64 KB took a third less CPU than chunks of 2 MB
+    (about 3,000 missions): every object of a verdict is touched several times,
+    and with the larger chunk each touch was a trip to main memory.
     """
     start, end = pieces.spans[index]
     parts = max(1, (end - start) // chunk_chars)
