@@ -4,8 +4,8 @@ At 100,000 missions every step of ``score`` — parsing the suite, building
 and checking missions, finding each run's summary, judging, rendering — is
 per-mission Python, so one process keeps one core busy. Here the suite's
 text is cut into runs of missions (``suite_pieces``); each process parses,
-builds, checks, judges and renders its own run a few thousand missions at a
-time, appending what it renders to scratch files, and sends back the tally
+builds, checks, judges and renders its own run about a hundred missions at a
+time (``suite_pieces.CHUNK_CHARS``), appending what it renders to scratch files, and sends back the tally
 the suite-wide check rules need and running totals. This process writes the
 report's head, then the files. A run's summary comes from a dataset's kept
 summaries (``--dataset``) or is folded from its stream where the share finds
