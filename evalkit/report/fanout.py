@@ -5,8 +5,9 @@ and checking missions, finding each run's summary, judging, rendering — is
 per-mission Python, so one process keeps one core busy. Here the suite's
 text is cut into runs of missions (``suite_pieces``); each process parses,
 builds, checks, judges and renders its own run about a hundred missions at a
-time (``suite_pieces.CHUNK_CHARS``), appending what it renders to scratch files, and sends back the tally
-the suite-wide check rules need and running totals. This process writes the
+time (``suite_pieces.CHUNK_CHARS``), appending what it renders to scratch
+files, and sends back the tally the suite-wide check rules need and running
+totals. This process writes the
 report's head, then the files. A run's summary comes from a dataset's kept
 summaries (``--dataset``) or is folded from its stream where the share finds
 it (``--runs``).

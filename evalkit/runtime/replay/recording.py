@@ -159,4 +159,3 @@ def _exact(data: bytes) -> Any:
         return json.loads(data, parse_constant=not_json)
     except ValueError:  # torn (UnicodeDecodeError is one too)
         return None
-

@@ -116,11 +116,15 @@ def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: Batch,
     out: list[tuple[str, pa.Table]] = []
     rels = batch.events_paths
     folded: list[Any] = [None] * len(rels)
+    fold = None
+    if derive is not None:
+        fold_one = derive.fold
 
-    def fold(fid: int, records: list[dict[str, Any]], lines: list[int], skipped: int) -> None:
-        folded[fid] = derive.fold(rels[fid], records, lines, skipped)  # type: ignore[union-attr]
+        def fold(fid: int, records: list[dict[str, Any]], lines: list[int], skipped: int
+                 ) -> None:
+            folded[fid] = fold_one(rels[fid], records, lines, skipped)
 
-    events, counts = events_table(con, batch.events, fold if derive is not None else None)
+    events, counts = events_table(con, batch.events, fold)
     runs = _runs_table(events, batch, rels, counts)
     events = _with_keys(events, ds.EVENTS_SCHEMA, {"run": batch.runs, "events_path": rels})
     out.append(("runs", runs))

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from evalkit.store import dataset as ds
 from evalkit.store.ingest.sql import USAGE, sql_for
+from evalkit.store.reader import unwrap
 
 if TYPE_CHECKING:
     import duckdb
@@ -144,9 +145,8 @@ def _parse(contents: list[str | None], keys: tuple[str, ...], events: bool,
             if type(value) is not dict:
                 non_object[fid] += 1
                 continue
-            if fold is not None:  # reader.unwrap, inlined as in reader._parse
-                inner = value.get("record") if "seq" in value and "event" not in value else None
-                read.append(inner if type(inner) is dict else value)
+            if fold is not None:
+                read.append(unwrap(value))
                 read_lines.append(number)
             envelope = None
             try:
