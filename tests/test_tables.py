@@ -80,6 +80,27 @@ def test_kept_summaries_read_group_by_group_keep_few_and_never_thrash(
     assert len(reads) <= 3 * groups  # once dropping stops, every group stays
 
 
+def test_row_groups_end_at_the_bytes_bound_as_batches_arrive(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("summary", pa.string())])
+    writers = ingest_writers.Writers(tmp_path, {"summaries": schema})
+    batch = pa.table({"summary": ["x" * 1000] * 1000}, schema=schema)  # ~1 MB a batch
+    batches = 3 * ingest_writers.ROW_GROUP_BYTES // batch.nbytes
+    for _ in range(batches):
+        writers.write("summaries", batch)
+    writers.close()
+
+    meta = pq.ParquetFile(tmp_path / "summaries.parquet").metadata
+    sizes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+    assert meta.num_rows == batches * len(batch)
+    assert meta.num_row_groups >= 3  # not one group of everything
+    assert max(sizes) <= ingest_writers.ROW_GROUP_BYTES + 2 * batch.nbytes
+    # A reader decoding one group at a time holds a few MB, not tens.
+    assert ingest_writers.ROW_GROUP_BYTES <= 16 * 2**20
+
+
 def test_summaries_kept_by_another_fold_are_recomputed(tmp_path: Path, monkeypatch) -> None:
     runs = tmp_path / "runs"
     write_corpus(runs)
