@@ -46,7 +46,7 @@ from evalkit.eval.summary import (
     summarize,
 )
 from evalkit.store import dataset as ds
-from evalkit.store.layout import resolve_relative
+from evalkit.store.layout import EVENTS_FILE, resolve_relative
 from evalkit.store.values import flag, number, text
 
 if TYPE_CHECKING:  # DuckDB and the ingest SQL load only where a query runs:
@@ -443,6 +443,9 @@ def by_mission_folder(paths: Iterable[str]) -> dict[str, list[str]]:
     return found
 
 
+_OWN_SUFFIX = "/" + EVENTS_FILE
+
+
 class KeptSummaries:
     """A dataset's kept summaries, each decoded only when asked for.
 
@@ -494,6 +497,9 @@ class KeptSummaries:
             if row is None:
                 return None
             path = self.paths[row]
+            # The usual row, KEY/events.jsonl (its folder is KEY), needs no rule applied.
+            if len(path) == len(key) + len(_OWN_SUFFIX) and path.endswith(_OWN_SUFFIX):
+                return path, row
             return (path, row) if resolve_relative(key, [path]) is not None else None
         paths = [self.paths[row] for row in rows]
         path = resolve_relative(key, paths)

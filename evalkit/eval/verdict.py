@@ -167,8 +167,7 @@ def machine_reasons(m: Mission, s: RunSummary, *,
 
 
 def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
-    patterns = (m.answer_must_match or ()) + (m.answer_must_not_match or ())
-    if not patterns:
+    if not m.answer_must_match and not m.answer_must_not_match:
         return []
     if not s.answered:
         return [("answer", "no answer was recorded; this mission checks the answer text")]
@@ -177,8 +176,8 @@ def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
     # match does not, and nothing it must not match is there (the seed's reading).
     answer = s.answer if s.answer is not None else ""
     # Lowered once for every pattern that ignores case (None: not ASCII, a regex must fold).
-    lowered = (answer.lower() if answer.isascii() else None) if any(
-        p.startswith("(?i)") for p in patterns) else _UNSET
+    lowered = (answer.lower() if answer.isascii() else None) if _ignores_case(
+        m.answer_must_match, m.answer_must_not_match) else _UNSET
     for pattern in m.answer_must_match or ():
         hit = _search(pattern, answer, lowered)
         if isinstance(hit, str):
@@ -196,6 +195,12 @@ def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
 
 
 _UNSET: Any = object()
+
+
+@functools.lru_cache(maxsize=4096)
+def _ignores_case(*patterns: tuple[str, ...] | None) -> bool:
+    """Whether any of the patterns ignores case (a suite repeats its pattern lists)."""
+    return any(p.startswith("(?i)") for group in patterns for p in group or ())
 
 
 def _search(pattern: str, answer: str, lowered: str | None = _UNSET) -> bool | str:
