@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyarrow.parquet import ParquetFile
 
 from evalkit.contract import FIELDS, OPTIONAL
 from evalkit.errors import EvalkitError
 from evalkit.eval import tables
+from evalkit.eval.kept import KeptSummaries
 from evalkit.eval.tables import (
     query,
     stored_summaries_current,
@@ -20,6 +23,7 @@ from evalkit.eval.tables import (
 )
 from evalkit.store.ingest import ingest
 from evalkit.store.ingest import writers as ingest_writers
+from evalkit.store.layout import resolve_relative
 from tests._runs import bare, envelope, reference, write_corpus, write_run
 
 
@@ -57,6 +61,12 @@ def test_kept_summaries_are_read_not_recomputed(tmp_path: Path, monkeypatch) -> 
     _assert_equal(summaries_from_dataset(out), want)
 
 
+def _table_paths(dataset: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(dataset / "summaries.parquet", columns=["events_path"]).column(0).to_pylist()
+
+
 def test_kept_summaries_read_group_by_group_keep_few_and_never_thrash(
         tmp_path: Path, monkeypatch) -> None:
     runs = tmp_path / "runs"
@@ -64,20 +74,55 @@ def test_kept_summaries_read_group_by_group_keep_few_and_never_thrash(
     want = reference(runs, sorted(runs.glob("*/events.jsonl")))
     monkeypatch.setattr(ingest_writers, "ROW_GROUP_ROWS", 2)
     out = tables.ingest(runs, workers=1).out
-    kept = tables.KeptSummaries(out)
-    groups = len(kept._starts)
-    assert groups >= 4 and sorted(kept.paths) == sorted(want)
     reads = []
-    read = kept._file.read_row_group
-    monkeypatch.setattr(kept._file, "read_row_group", lambda *a, **k: reads.append(a) or read(*a, **k))
+    read = ParquetFile.read_row_group
+    monkeypatch.setattr(ParquetFile, "read_row_group",
+                        lambda self, *a, **k: reads.append(a) or read(self, *a, **k))
+    kept = KeptSummaries(out)
+    assert not reads and kept._whole is None  # found from the footer: nothing read yet
+    groups = len(kept._starts)
+    paths = _table_paths(out)
+    assert groups >= 4 and sorted(paths) == sorted(want)
 
-    for path in kept.paths:  # in table order: each group decoded once, few at a time
+    for path in paths:  # in table order: each group decoded once, few at a time
         assert kept.get(path) == want[path]
-        assert len(kept._groups) <= kept.KEEP_GROUPS
+        assert len(kept._decoded) <= kept.KEEP_GROUPS
     assert len(reads) == groups
-    for path in [*reversed(kept.paths), *kept.paths[::2], *kept.paths]:  # any other order
+    for path in [*reversed(paths), *paths[::2], *paths]:  # any other order
         assert kept.get(path) == want[path]
     assert len(reads) <= 3 * groups  # once dropping stops, every group stays
+
+
+@pytest.mark.parametrize("order", ["shuffled", "sorted"])
+def test_kept_summaries_find_each_mission_as_the_layout_rule_does(
+        tmp_path: Path, monkeypatch, order: str) -> None:
+    import random
+
+    import pyarrow.parquet as pq
+
+    runs = tmp_path / "runs"
+    write_corpus(runs)
+    for extra in ("every_event/second/events.jsonl", "every_event/.hidden/events.jsonl",
+                  "lonely/a/b/events.jsonl", "lonely-too/events.jsonl"):
+        (runs / extra).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(runs / "every_event" / "events.jsonl", runs / extra)
+    out = tables.ingest(runs, workers=1).out
+    table = pq.read_table(out / "summaries.parquet")
+    rows = list(range(len(table)))
+    random.Random(7).shuffle(rows) if order == "shuffled" else rows.sort(
+        key=lambda i: table.column("events_path")[i].as_py())
+    pq.write_table(table.take(rows), out / "summaries.parquet", row_group_size=2)
+    kept = KeptSummaries(out)
+    assert (kept._whole is not None) == (order == "shuffled")  # overlapping ranges: read whole
+
+    paths = _table_paths(out)
+    for key in {p.split("/", 1)[0] for p in paths} | {"nowhere", "every", "lonely-"}:
+        found = kept.find(key)
+        want = resolve_relative(key, [p for p in paths if p.split("/", 1)[0] == key])
+        assert (found and found[0]) == want, key
+        if found:
+            assert paths[found[1]] == found[0]
+            assert kept.summary(found[1], found[0]) == summaries_from_dataset(out)[found[0]]
 
 
 def test_row_groups_end_at_the_bytes_bound_as_batches_arrive(tmp_path: Path) -> None:

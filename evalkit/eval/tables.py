@@ -21,7 +21,6 @@ Also here: ``open_dataset`` (views over a dataset folder) and ``query``, what
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import hashlib
 import os
@@ -32,7 +31,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -46,7 +44,6 @@ from evalkit.eval.summary import (
     summarize,
 )
 from evalkit.store import dataset as ds
-from evalkit.store.layout import EVENTS_FILE, resolve_relative
 from evalkit.store.values import flag, number, text
 
 if TYPE_CHECKING:  # DuckDB and the ingest SQL load only where a query runs:
@@ -441,93 +438,6 @@ def by_mission_folder(paths: Iterable[str]) -> dict[str, list[str]]:
     for path in paths:
         found.setdefault(path.split("/", 1)[0], []).append(path)
     return found
-
-
-_OWN_SUFFIX = "/" + EVENTS_FILE
-
-
-class KeptSummaries:
-    """A dataset's kept summaries, each decoded only when asked for.
-
-    For a share of a large suite (``evalkit.report.fanout``): the paths are read
-    whole (they are small), a row group's summaries only once one of its
-    runs is wanted, and each straight from Arrow's buffer, with no Python
-    string in between. The caller has checked they are current; a damaged
-    table raises (pyarrow's errors, OSError, ValueError, orjson's).
-    """
-
-    #: Row groups kept decoded at a time. A share asks in suite order, which is
-    #: mostly the table's, so it moves through the groups once; keeping every one
-    #: it touched held some 600 MB per process at a million runs. Once as many
-    #: groups were dropped as the table has (asked in some other order), none is
-    #: dropped any more, so no group is decoded over and over.
-    KEEP_GROUPS = 2
-
-    def __init__(self, dataset: Path) -> None:
-        import pyarrow.parquet as pq
-
-        self._file = pq.ParquetFile(dataset / f"{SUMMARIES}.parquet")
-        # No reader threads: a fan-out forks after this, and a child must not
-        # inherit a thread pool it cannot use.
-        paths = self._file.read(columns=["events_path"], use_threads=False).column(0)
-        self.paths: list[str] = paths.to_pylist()
-        # Mission folder -> row. Built before forking and so on one core: at a million
-        # runs, a dict of lists per folder took a second there; the usual dataset has
-        # one run per folder, and only a folder with several gets a list.
-        folders = [path.split("/", 1)[0] for path in self.paths]
-        self._row = dict(zip(folders, range(len(folders)), strict=True))
-        self._rows: dict[str, list[int]] = {}
-        if len(self._row) != len(folders):
-            for row, folder in enumerate(folders):
-                self._rows.setdefault(folder, []).append(row)
-        self._starts: list[int] = []
-        start = 0
-        for group in range(self._file.metadata.num_row_groups):
-            self._starts.append(start)
-            start += self._file.metadata.row_group(group).num_rows
-        self._groups: dict[int, tuple[memoryview, list[int]]] = {}
-        self._dropped = 0
-
-    def find(self, key: str) -> tuple[str, int] | None:
-        """The events path mission ``key`` is scored from (``resolve_relative``'s pick
-        among those in its folder) and its row, or None when it has none."""
-        rows = self._rows.get(key)
-        if rows is None:
-            row = self._row.get(key)
-            if row is None:
-                return None
-            path = self.paths[row]
-            # The usual row, KEY/events.jsonl (its folder is KEY), needs no rule applied.
-            if len(path) == len(key) + len(_OWN_SUFFIX) and path.endswith(_OWN_SUFFIX):
-                return path, row
-            return (path, row) if resolve_relative(key, [path]) is not None else None
-        paths = [self.paths[row] for row in rows]
-        path = resolve_relative(key, paths)
-        return (path, rows[paths.index(path)]) if path is not None else None
-
-    def get(self, path: str) -> RunSummary:
-        """The summary kept for ``path`` (a row ``find`` has not given: a search)."""
-        return self.summary(self.paths.index(path), path)
-
-    def summary(self, row: int, path: str) -> RunSummary:
-        """The summary kept in ``row``, whose events path is ``path``."""
-        group = bisect.bisect_right(self._starts, row) - 1
-        found = self._groups.get(group)
-        if found is None:
-            if len(self._groups) >= self.KEEP_GROUPS and self._dropped < len(self._starts):
-                del self._groups[next(iter(self._groups))]  # the first decoded
-                self._dropped += 1
-            column = self._file.read_row_group(group, columns=["summary"],
-                                               use_threads=False).column(0)
-            array = column.combine_chunks()
-            if array.null_count:
-                raise ValueError("a kept summary is null")
-            offsets = np.frombuffer(array.buffers()[1], dtype=np.int32,
-                                    count=len(array) + 1, offset=4 * array.offset).tolist()
-            found = self._groups[group] = (memoryview(array.buffers()[2]), offsets)
-        data, offsets = found
-        at = row - self._starts[group]
-        return _stored_summary(path, data[offsets[at]:offsets[at + 1]])
 
 
 # --- straight from JSONL -------------------------------------------------------

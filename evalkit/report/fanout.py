@@ -61,7 +61,7 @@ from evalkit.report.markdown import (
 from evalkit.store import leftovers
 
 if TYPE_CHECKING:
-    from evalkit.eval.tables import KeptSummaries
+    from evalkit.eval.kept import KeptSummaries
 
 #: Missions a suite must have (judged by its size: ~600 bytes of JSON each)
 #: before fanning out pays for the forks and the stitching.
@@ -201,11 +201,13 @@ def _source(dataset: Path | None, runs: Path | None) -> _FromDataset | _FromRuns
     if runs is not None:
         return _FromRuns(Path(runs)) if Path(runs).is_dir() else None
     assert dataset is not None
-    from evalkit.eval import tables  # pyarrow and numpy: only a dataset needs them
+    # pyarrow and numpy: only a dataset needs them.
+    from evalkit.eval.kept import KeptSummaries
+    from evalkit.eval.tables import stored_summaries_current
 
-    if not tables.stored_summaries_current(dataset):
+    if not stored_summaries_current(dataset):
         return None
-    return _FromDataset(Path(dataset), tables.KeptSummaries(Path(dataset)))
+    return _FromDataset(Path(dataset), KeptSummaries(Path(dataset)))
 
 
 def _arrow_errors() -> tuple[type[Exception], ...]:
