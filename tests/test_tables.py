@@ -103,7 +103,8 @@ def test_kept_summaries_find_each_mission_as_the_layout_rule_does(
     runs = tmp_path / "runs"
     write_corpus(runs)
     for extra in ("every_event/second/events.jsonl", "every_event/.hidden/events.jsonl",
-                  "lonely/a/b/events.jsonl", "lonely-too/events.jsonl"):
+                  "lonely/a/b/events.jsonl", "lonely-too/events.jsonl", "deep/a/b/c/events.jsonl",
+                  "hidden/.x/events.jsonl", "odd/a.b/events.jsonl"):
         (runs / extra).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(runs / "every_event" / "events.jsonl", runs / extra)
     out = tables.ingest(runs, workers=1).out

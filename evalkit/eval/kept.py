@@ -108,8 +108,9 @@ class KeptSummaries:
             return None
         if len(found) == 1:
             path, row = found[0]
-            # The usual row, KEY/events.jsonl (its folder is KEY), needs no rule applied.
-            if len(path) == len(key) + len(_OWN_SUFFIX) and path.endswith(_OWN_SUFFIX):
+            # resolve_relative's rule for a folder's one file, its folder being KEY:
+            # KEY/events.jsonl, or one or two folders down, none of them hidden.
+            if path.endswith(_OWN_SUFFIX) and path.count("/") <= 3 and "/." not in path:
                 return path, row
         paths = [path for path, _ in found]
         path = resolve_relative(key, paths)
