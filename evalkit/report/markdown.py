@@ -117,6 +117,11 @@ def json_parts(head: dict[str, Any], runs: list[Part]) -> list[Part]:
 
 
 def _cell(value: Any) -> str:
+    kind = type(value)  # the two kinds most cells hold, first
+    if kind is str:
+        return value.replace("|", "\\|").replace("\n", " ")
+    if kind is int:
+        return str(value)
     if value is None:
         return "—"
     if isinstance(value, bool):
