@@ -173,7 +173,8 @@ def _clean(rules: _Rules, m: Mission) -> bool:
                 and _identifiers_ok(rules, m.prompt) and m.split in SPLITS
                 and (m.expects_outcome is None or m.expects_outcome in contract.OUTCOMES)
                 and (m.max_reply_rejected is None or m.max_reply_rejected >= 0)
-                and _regexes_ok(rules, m) and not any(_flag_problems(m.flags, rules)))
+                and _regexes_ok(rules, m)
+                and (not m.flags or not any(_flag_problems(m.flags, rules))))
     except Exception:
         return False
 
@@ -199,9 +200,11 @@ def _identifiers_ok(rules: _Rules, prompt: str) -> bool:
 
 
 def _regexes_ok(rules: _Rules, m: Mission) -> bool:
-    return all(rules.regex_error(regex) is None
-               for regexes in (m.answer_must_match, m.answer_must_not_match)
-               for regex in regexes or ())
+    for regexes in (m.answer_must_match, m.answer_must_not_match):
+        for regex in regexes or ():
+            if rules.regex_error(regex) is not None:
+                return False
+    return True
 
 
 def _mission_problems(rules: _Rules, m: Mission) -> Iterable[tuple[str, str]]:
