@@ -269,7 +269,9 @@ def _stored_summary(events_path: str, data: str) -> RunSummary:
             fields[name] = tuple(fields[name])
     fields["source"] = events_path
     summary = RunSummary.__new__(RunSummary)
-    summary.__dict__ = fields  # a field left out reads its default from the class
+    # Every field in the instance's own dict: a verdict reads most of them, and one
+    # left to the class's default is found after the instance's dict has missed.
+    summary.__dict__ = {**_DEFAULTS, **fields}
     return summary
 
 
