@@ -325,7 +325,7 @@ def bench(n: int, records: int, only: str | None = None, repeat: int = 1) -> lis
     reports = {}
     plain_passed: int | None = None
     for name, argv, mb in phases:
-        if only is not None and only not in name:
+        if only is not None and not any(part in name for part in only.split(",")):
             continue
         wall, rss, tree, out = min(measure_tree(argv) for _ in range(repeat))
         note = f"{mb:.0f} MB {'all JSONL' if mb == all_mb else 'events'}" if mb else ""
@@ -402,7 +402,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="80,1000,10000",
                         help="comma-separated run counts (100000 takes a few minutes)")
     parser.add_argument("--records-per-run", type=int, default=20)
-    parser.add_argument("--only", help="run only the phases whose name contains this text")
+    parser.add_argument("--only", help="run only the phases whose name contains this text "
+                        "(or one of these, comma-separated: --only '(a) ,(d) ')")
     parser.add_argument("--repeat", type=int, default=None,
                         help="runs of each phase, the fastest kept (default: 5 below 1,000 "
                              "runs, 3 below 10,000, else 1)")
