@@ -25,13 +25,10 @@ import numpy as np
 
 from evalkit.eval.summary import RunSummary
 from evalkit.eval.tables import SUMMARIES, _stored_summary
-from evalkit.store.layout import EVENTS_FILE, resolve_relative
+from evalkit.store.layout import resolve_relative, taken_alone
 
 if TYPE_CHECKING:
     import pyarrow.parquet as pq
-
-_OWN_SUFFIX = "/" + EVENTS_FILE
-
 
 class _Group:
     """One row group, decoded: its paths, their rows by mission folder, its summaries."""
@@ -51,6 +48,11 @@ class _Group:
         self.offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array) + 1,
                                      offset=4 * array.offset).tolist()
         self.data = memoryview(array.buffers()[2])
+
+
+def _each(rows: int | list[int]) -> tuple[int, ...] | list[int]:
+    """The rows of one folder as ``_by_folder`` holds them (one row, or a list)."""
+    return (rows,) if isinstance(rows, int) else rows
 
 
 def _by_folder(paths: list[str]) -> dict[str, int | list[int]]:
@@ -92,13 +94,9 @@ class KeptSummaries:
         self._dropped = 0
         ranges = _ranges(self._file)
         # Groups in path order: each one's first and last path, for bisect.
-        self._order = [group for _, _, group in ranges] if ranges else []
-        self._lows = [low for low, _, _ in ranges] if ranges else []
-        self._highs = [high for _, high, _ in ranges] if ranges else []
-        self._whole: _Whole | None = None
-        if ranges is None:
-            # No thread pool: a fan-out forks after this, and a child cannot use one.
-            self._whole = _Whole(self._file)
+        self._lows, self._highs, self._order = (
+            [list(column) for column in zip(*ranges, strict=True)] if ranges else ([], [], []))
+        self._whole = _Whole(self._file) if ranges is None else None
 
     def find(self, key: str) -> tuple[str, int] | None:
         """The events path mission ``key`` is scored from (``resolve_relative``'s pick
@@ -106,12 +104,8 @@ class KeptSummaries:
         found = self._rows_of(key)
         if not found:
             return None
-        if len(found) == 1:
-            path, row = found[0]
-            # resolve_relative's rule for a folder's one file, its folder being KEY:
-            # KEY/events.jsonl, or one or two folders down, none of them hidden.
-            if path.endswith(_OWN_SUFFIX) and path.count("/") <= 3 and "/." not in path:
-                return path, row
+        if len(found) == 1 and taken_alone(found[0][0]):  # its folder is KEY
+            return found[0]
         paths = [path for path, _ in found]
         path = resolve_relative(key, paths)
         return (path, found[paths.index(path)][1]) if path is not None else None
@@ -144,7 +138,7 @@ class KeptSummaries:
             rows = decoded.rows.get(folder)
             if rows is not None:
                 start = self._starts[group]
-                for at in (rows,) if isinstance(rows, int) else rows:
+                for at in _each(rows):
                     found.append((decoded.paths[at], start + at))
             i += 1
         return found
@@ -186,6 +180,7 @@ class _Whole:
     """Every path of the table, indexed up front (a table whose groups' ranges overlap)."""
 
     def __init__(self, file: pq.ParquetFile) -> None:
+        # No thread pool: a fan-out forks after this, and a child cannot use one.
         self.paths: list[str] = file.read(columns=["events_path"],
                                           use_threads=False).column(0).to_pylist()
         self.rows = _by_folder(self.paths)
@@ -194,7 +189,7 @@ class _Whole:
         rows = self.rows.get(folder)
         if rows is None:
             return []
-        return [(self.paths[row], row) for row in ((rows,) if isinstance(rows, int) else rows)]
+        return [(self.paths[row], row) for row in _each(rows)]
 
 
 __all__ = ["KeptSummaries"]
