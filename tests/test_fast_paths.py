@@ -241,3 +241,15 @@ def test_one_candidate_resolves_as_the_general_rule_does(key: str, parts: list[s
     rel = "/".join(parts)
     # A list of one takes the short path; any other iterable walks the general rule.
     assert resolve_relative(key, [rel]) == resolve_relative(key, iter([rel]))
+
+
+# --- _distinct: the short-list scan gives what the dict gives ----------------------
+
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "mcp.add", "fs", "A"])),
+                max_size=40))
+@settings(max_examples=300)
+def test_distinct_tools_keep_first_seen_order_without_none(items: list[str | None]) -> None:
+    from evalkit.eval.verdict import _distinct
+
+    expected = [item for item in dict.fromkeys(items) if item is not None]
+    assert _distinct(tuple(items)) == expected

@@ -247,9 +247,20 @@ def _as_literal(pattern: str) -> tuple[str | None, bool]:
 
 
 def _distinct(items: tuple[str | None, ...]) -> list[str]:
-    seen: dict[str | None, None] = dict.fromkeys(items)
-    seen.pop(None, None)
-    return list(seen)  # type: ignore[arg-type]
+    """The items in first-seen order, without None."""
+    if len(items) > _FEW:
+        seen: dict[str | None, None] = dict.fromkeys(items)
+        seen.pop(None, None)
+        return list(seen)  # type: ignore[arg-type]
+    found: list[str] = []
+    for item in items:  # a run's few tool calls: a list scan beats building a dict
+        if item is not None and item not in found:
+            found.append(item)
+    return found
+
+
+#: Up to this many items, ``_distinct`` scans a list (quadratic, but short).
+_FEW = 16
 
 
 def empty_kpis() -> dict[str, Any]:
@@ -257,7 +268,8 @@ def empty_kpis() -> dict[str, Any]:
 
 
 def kpis_of(s: RunSummary, *, tools: list[str] | None = None) -> dict[str, Any]:
-    """The KPI row of one run, straight from its summary (``tools``: its distinct tools)."""
+    """The KPI row of one run, straight from its summary (``tools``: its distinct tools,
+    a list the row then holds)."""
     gates = len(s.gate_tools)
     return {
         "records": s.records,
@@ -271,7 +283,7 @@ def kpis_of(s: RunSummary, *, tools: list[str] | None = None) -> dict[str, Any]:
         "completion_tokens": s.completion_tokens,
         "model_calls": s.model_calls,
         "cost": s.cost,
-        "tools": _distinct(s.tools_called) if tools is None else list(tools),
+        "tools": _distinct(s.tools_called) if tools is None else tools,
         "tool_calls": len(s.tools_called),
         "refusals": s.refusals,
         "reply_rejected": s.reply_rejected,
