@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from evalkit.cli import main as cli
-from evalkit.eval import suite_pieces
+from evalkit.eval import strict_json, suite_pieces
 from evalkit.eval.check import check_suite
 from evalkit.eval.score import score
 from evalkit.eval.suite import load_suite
@@ -432,7 +432,7 @@ def _typed(value):
 @example(text='{"a\\\\":1,"a\\u005c":2}')  # one key spelled two ways
 @example(text='[{"k":"\\\\\\"", "k":"x"}]')  # a repeat after an escaped backslash and quote
 @example(text='{"n": 123456789012345678901234567890}')  # orjson: a float
-def test_suite_pieces_parse_exactly_as_json_with_repeats_refused(text: str) -> None:
+def test_suite_json_is_read_exactly_as_json_with_repeats_refused(text: str) -> None:
     def refuse_repeats(pairs):
         out = dict(pairs)
         if len(out) != len(pairs):
@@ -443,7 +443,7 @@ def test_suite_pieces_parse_exactly_as_json_with_repeats_refused(text: str) -> N
         want = json.loads(text, object_pairs_hook=refuse_repeats)
     except (ValueError, RecursionError):
         want = None
-    got = suite_pieces._loads(text.encode("utf-8", "surrogatepass"))
+    got = strict_json.loads(text.encode("utf-8", "surrogatepass"))
     assert _typed(got) == _typed(want), text
 
 
@@ -452,7 +452,7 @@ def test_a_plain_run_of_missions_is_parsed_by_orjson(corpus: Path) -> None:
     pieces = suite_pieces.cut(corpus / "suite.yaml", text, 1)
     start, end = pieces.spans[0]
     run = b"[" + pieces.data[start:end] + b"]"
-    assert suite_pieces._loads_fast(run) == json.loads(run)
+    assert strict_json._fast(run) == json.loads(run)
     repeated = run.replace(b'"flag"', b'"flag": "x", "flag"', 1)
-    assert suite_pieces._loads_fast(repeated) is suite_pieces._UNSURE
-    assert suite_pieces._loads(repeated) is None
+    assert strict_json._fast(repeated) is strict_json._UNSURE
+    assert strict_json.loads(repeated) is None

@@ -277,6 +277,19 @@ def test_merge_keys_load_and_only_real_repeats_are_refused(tmp_path):
         "mission 'm3' field 'key' (line 5): is given more than once; keep one"]
 
 
+def test_a_large_json_suite_with_a_repeated_key_is_worded_as_a_small_one(tmp_path):
+    """Above the fast path's size, orjson reads the suite; it would drop a repeat silently."""
+    filler = [{"key": f"m{i}", "flag": "state", "prompt": "p" * 200, "must": ["x"]}
+              for i in range(2000)]
+    text = json.dumps({"missions": filler})
+    assert len(text) > suite_module._FAST_PATH_FROM
+    suite = load_suite(write(tmp_path / "big.json", text))
+    assert len(suite.missions) == 2000
+    repeated = text.replace('"flag": "state"', '"flag": "absence", "flag": "state"', 1)
+    assert refused(write(tmp_path / "rep.json", repeated)).problems == [
+        "mission 'm0' field 'flag' (line 1): is given more than once; keep one"]
+
+
 @pytest.mark.parametrize("content, shape", [
     ("", "empty"),
     ("# only a comment\n", "empty"),

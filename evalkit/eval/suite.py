@@ -53,6 +53,7 @@ from typing import Any
 import yaml
 
 from evalkit.errors import EvalkitError
+from evalkit.eval import strict_json
 from evalkit.gcpause import collector_paused
 
 #: The capability vocabulary every suite starts from.
@@ -274,20 +275,7 @@ def _json_fast_path(text: str) -> Any | None:
     """The document, when ``text`` is a JSON object without repeated keys; else None."""
     if not text.lstrip().startswith("{"):
         return None
-    repeated = False
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        nonlocal repeated
-        out = dict(items)
-        if len(out) != len(items):
-            repeated = True
-        return out
-
-    try:
-        data = json.loads(text, object_pairs_hook=pairs)
-    except (ValueError, RecursionError):
-        return None
-    return None if repeated else data
+    return strict_json.loads(text.encode("utf-8"))
 
 
 # -- reading -----------------------------------------------------------------

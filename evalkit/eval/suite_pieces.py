@@ -15,15 +15,13 @@ suite whole, which reports whatever is wrong in its own words.
 from __future__ import annotations
 
 import codecs
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from evalkit.eval.strict_json import loads as _loads
 from evalkit.eval.suite import Mission, Suite, SuiteError, _Builder, _Tree
 from evalkit.eval.suite import default_name as suite_default_name
 
@@ -51,64 +49,6 @@ class Pieces:
     spans: tuple[tuple[int, int], ...]
     #: The suite's name if it gives none (``suite.default_name`` of what was given).
     default_name: str
-
-
-class _Repeated(ValueError):
-    """A mapping repeats a key: only the whole-suite loader words that."""
-
-
-def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(items)
-    if len(out) != len(items):
-        raise _Repeated
-    return out
-
-
-def _loads(data: bytes) -> Any | None:
-    """JSON from strict UTF-8 (as the whole-suite loader decodes), repeated keys refused."""
-    found = _loads_fast(data)
-    if found is not _UNSURE:
-        return found
-    try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_pairs)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        return None
-
-
-_UNSURE: Any = object()
-#: Each byte of a number's digits as "0", every other byte as a space.
-_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
-
-
-def _loads_fast(data: bytes) -> Any:
-    """``json.loads`` of ``data`` by orjson, a third of its cost, or _UNSURE.
-
-    Where the two could differ, the answer is _UNSURE and json decides: a
-    number of 19 digits or more (orjson reads a huge integer as a float),
-    anything orjson refuses (NaN, 1e400, a lone surrogate escape, deep
-    nesting), and a repeated key, which orjson passes over silently. A
-    repeated key is seen by counting strings: each key is one, so the document
-    holds more strings than what was parsed from it whenever a key was
-    dropped. Both are counted by their quotes, the parse's in orjson's
-    rendering of it.
-    """
-    if b"0" * 19 in data.translate(_DIGITS):
-        return _UNSURE
-    try:
-        found = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return _UNSURE
-    return found if _strings(data) == _strings(orjson.dumps(found)) else _UNSURE
-
-
-def _strings(text: bytes) -> int:
-    """Twice the strings in a valid JSON text: its quotes, less those escaped in a string."""
-    if b"\\" not in text:
-        return text.count(b'"')
-    # Outside strings JSON has no backslashes; inside, each escape is a pair read from
-    # the left, so with every escaped backslash gone, a quote after one is escaped.
-    text = text.replace(b"\\\\", b"")
-    return text.count(b'"') - text.count(b'\\"')
 
 
 def cut(path: Path, data: bytes, parts: int, default_name: str | None = None) -> Pieces | None:
