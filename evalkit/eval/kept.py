@@ -40,7 +40,9 @@ class _Group:
                                     use_threads=False)
         self.paths: list[str] = table.column(0).to_pylist()
         self.rows = _by_folder(self.paths)
-        array = table.column(1).combine_chunks()
+        column = table.column(1)
+        # One chunk, as a row group reads: combining it would copy megabytes.
+        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         if array.null_count or None in self.paths:
             raise ValueError("a kept summary or its events path is null")
         # Offsets into the buffer of JSON texts: each summary is decoded straight
