@@ -2,9 +2,9 @@
 
 A repeated key is a mistake in a suite, which the whole-suite loader words
 (the YAML path finds it); these readers only refuse such a document. Large
-suites are machine-written JSON, and reading them is a fifth of scoring a
-100,000-mission suite, so orjson reads them wherever it gives exactly what
-``json.loads`` would; elsewhere ``json`` does.
+suites are machine-written JSON, and parsing and building their missions is
+a fifth of scoring a 100,000-mission suite, so orjson reads them wherever it
+gives exactly what ``json.loads`` would; elsewhere ``json`` does.
 """
 
 from __future__ import annotations

@@ -246,6 +246,10 @@ def _as_literal(pattern: str) -> tuple[str | None, bool]:
     return (body.lower() if folded else body), folded
 
 
+#: Up to this many items, ``_distinct`` scans a list (quadratic, but short).
+_FEW = 16
+
+
 def _distinct(items: tuple[str | None, ...]) -> list[str]:
     """The items in first-seen order, without None."""
     if len(items) > _FEW:
@@ -257,10 +261,6 @@ def _distinct(items: tuple[str | None, ...]) -> list[str]:
         if item is not None and item not in found:
             found.append(item)
     return found
-
-
-#: Up to this many items, ``_distinct`` scans a list (quadratic, but short).
-_FEW = 16
 
 
 def empty_kpis() -> dict[str, Any]:
