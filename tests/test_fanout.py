@@ -253,6 +253,63 @@ def test_runs_that_all_died_before_a_line_are_scored_alike(corpus: Path, tmp_pat
     assert all(v["missing"] for v in verdicts)
 
 
+# -- sharing the spans out ------------------------------------------------------------
+
+def test_a_process_that_runs_out_takes_the_far_half_of_the_largest_range_left() -> None:
+    claims = fanout._Claims([(0, 10), (10, 10), (10, 16)])
+    assert claims.next(0) == 0
+    # Process 1 owns nothing: of 0's [1, 10) and 2's [10, 16) it takes the far half of 0's.
+    assert [claims.next(1), claims.next(1)] == [5, 6]
+    assert [claims.next(0) for _ in range(4)] == [1, 2, 3, 4]
+    assert claims.next(2) == 10
+    # 0 is done; the largest range left is 2's [11, 16): 0 moves to its far half.
+    assert claims.next(0) == 13
+    claims.abandon()  # a process gave up: nobody takes anything more
+    assert [claims.next(w) for w in range(3)] == [None, None, None]
+
+
+@given(spans=st.integers(0, 60), workers=st.integers(1, 4),
+       order=st.lists(st.integers(0, 3), min_size=1, max_size=40))
+def test_every_span_is_taken_once_whoever_asks_when(spans: int, workers: int,
+                                                     order: list[int]) -> None:
+    claims = fanout._Claims(fanout.first_ranges(spans, workers))
+    taken: dict[int, list[int]] = {w: [] for w in range(workers)}
+    done: set[int] = set()
+    asks = (w % workers for i in range(10 * spans + workers) for w in [order[i % len(order)]])
+    for worker in asks:
+        if worker in done:
+            continue
+        span = claims.next(worker)
+        if span is None:
+            done.add(worker)
+        else:
+            taken[worker].append(span)
+    every = sorted(span for spans_of in taken.values() for span in spans_of)
+    assert every == list(range(spans))
+    # Whoever asks after the last is gone hears there is nothing left.
+    assert all(claims.next(w) is None for w in range(workers))
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("source", ["dataset.parquet", "runs"])
+def test_spans_one_process_took_from_another_are_stitched_in_suite_order(
+        corpus: Path, monkeypatch: pytest.MonkeyPatch, source: str, workers: int) -> None:
+    monkeypatch.setattr(fanout, "SPAN_BYTES", 2000)  # dozens of spans of a few missions
+    # The last process starts with every span: the others begin by taking from it.
+    monkeypatch.setattr(fanout, "first_ranges",
+                        lambda spans, n: [(0, 0)] * (n - 1) + [(0, spans)])
+    stitched = []
+    real = fanout._stitch
+    monkeypatch.setattr(fanout, "_stitch",
+                        lambda *args: stitched.append(args[3]) or real(*args))
+    for split in ("all", "train"):
+        want = _serial(corpus / "suite.yaml", corpus / source, split)
+        assert _fanned(corpus / "suite.yaml", corpus / source, split, workers) == want
+    shares = stitched[0]
+    assert len(shares) == workers and sum(len(s.spans) for s in shares) > 20
+    assert shares[0].spans[0][0] > 0  # process 0 began with a span it took from the last
+
+
 # -- cutting -------------------------------------------------------------------------
 
 _TEXT = st.text(alphabet=st.sampled_from(list('ab }{[],:"\\\n\t') + ["é", "\u2028"]), max_size=12)

@@ -16,7 +16,7 @@ import orjson
 
 from evalkit.errors import EvalkitError
 from evalkit.eval.harness_files import REPORT_FILE, REPORT_MD, begins_as_ours
-from evalkit.store.replace import Part, replace_file, replace_files
+from evalkit.store.replace import Part, joined, replace_file, replace_files
 
 
 @dataclass
@@ -39,10 +39,10 @@ class Rendered:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
     def json_bytes(self) -> bytes:
-        return _joined(self.json or [])
+        return joined(self.json or [])
 
     def markdown_text(self) -> str:
-        return _joined(self.markdown or []).decode("utf-8")
+        return joined(self.markdown or []).decode("utf-8")
 
 
 def write_file(path: Path, parts: list[Part]) -> Path:
@@ -54,8 +54,6 @@ def write_file(path: Path, parts: list[Part]) -> Path:
     return replace_file(path, parts)
 
 
-def _joined(parts: list[Part]) -> bytes:
-    return b"".join(part.read_bytes() if isinstance(part, Path) else part for part in parts)
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -97,7 +95,7 @@ _VERDICTS_OPEN, _VERDICTS_CLOSE = b'{\n  "verdicts": [\n', b"\n  ]\n}"
 
 def stitch_json(head: dict[str, Any], runs: list[bytes | memoryview]) -> bytes:
     """The report ``head`` (every field but the verdicts) followed by runs of encoded verdicts."""
-    return _joined(json_parts(head, runs))
+    return joined(json_parts(head, runs))
 
 
 def json_parts(head: dict[str, Any], runs: list[Part]) -> list[Part]:
@@ -142,7 +140,7 @@ def _rate(totals: dict[str, Any]) -> str:
 def to_markdown(report: dict[str, Any]) -> str:
     """Per half: the per-mission table, the by-flag table, and why they failed."""
     rows, failures = render_verdicts(report["verdicts"], report["halves"])
-    return _joined(markdown_parts(report, {h: [lines_bytes(r)] for h, r in rows.items()},
+    return joined(markdown_parts(report, {h: [lines_bytes(r)] for h, r in rows.items()},
                                   {h: [lines_bytes(f)] for h, f in failures.items()},
                                   {h: bool(f) for h, f in failures.items()})).decode("utf-8")
 

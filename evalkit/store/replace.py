@@ -13,27 +13,75 @@ This module imports nothing of evalkit, so every layer may use it.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-#: A piece of a file's content: bytes, or a file whose bytes go there (a fan-out's
-#: workers write their verdicts to files, so a million of them are never all in memory).
-Part = bytes | memoryview | Path
+
+@dataclass(frozen=True)
+class FileSlice:
+    """``length`` bytes of ``path`` from ``start``: where a fan-out's worker wrote one
+    run of verdicts among the others it rendered."""
+
+    path: Path
+    start: int
+    length: int
+
+
+#: A piece of a file's content: bytes, or a file (or a slice of one) whose bytes go
+#: there (a fan-out's workers write their verdicts to files, so a million of them are
+#: never all in memory).
+Part = bytes | memoryview | Path | FileSlice
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BLOCK = 2**20
 
 
 def write_parts(stream: BinaryIO, parts: Sequence[Part]) -> None:
-    """Write the parts one after another; a file part is copied a megabyte at a time."""
-    for part in parts:
-        if isinstance(part, Path):
-            with open(part, "rb") as source:
-                shutil.copyfileobj(source, stream, 2**20)
-        else:
-            stream.write(part)
+    """Write the parts one after another; file parts are copied a megabyte at a time,
+    and a run of slices of one file reads it through one open handle."""
+    source: BinaryIO | None = None
+    try:
+        for part in parts:
+            if isinstance(part, FileSlice):
+                if source is None or source.name != str(part.path):
+                    if source is not None:
+                        source.close()
+                    source = open(part.path, "rb")  # noqa: SIM115 - kept open across slices
+                source.seek(part.start)
+                _copy(source, stream, part)
+            elif isinstance(part, Path):
+                with open(part, "rb") as whole:
+                    shutil.copyfileobj(whole, stream, _BLOCK)
+            else:
+                stream.write(part)
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _copy(source: BinaryIO, stream: BinaryIO, part: FileSlice) -> None:
+    left = part.length
+    while left:
+        block = source.read(min(left, _BLOCK))
+        if not block:
+            raise OSError(f"{part.path} ends before the {part.length} bytes from "
+                          f"{part.start} that were written there")
+        stream.write(block)
+        left -= len(block)
+
+
+def joined(parts: Sequence[Part]) -> bytes:
+    """The parts' bytes, one after another, in memory."""
+    if all(isinstance(part, (bytes, memoryview)) for part in parts):
+        return b"".join(parts)  # type: ignore[arg-type]  # one copy, into the right size
+    out = io.BytesIO()
+    write_parts(out, parts)
+    return out.getvalue()
 
 
 def replace_files(files: Sequence[tuple[Path, str | bytes | memoryview | Sequence[Part]]]
