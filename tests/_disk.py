@@ -29,7 +29,7 @@ def fills_on(monkeypatch: pytest.MonkeyPatch, name: str, room: int = 10) -> None
         if not Path(stream.name).name.startswith(f".{name}."):
             written(stream, parts)
             return
-        data = b"".join(p.read_bytes() if isinstance(p, Path) else bytes(p) for p in parts)
+        data = replace.joined(parts)
         written(stream, [data[:room]])
         stream.flush()
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -94,3 +94,58 @@ def test_fsync_flushes_the_file_and_its_folder(tmp_path: Path,
     assert path.read_bytes() == b"durable"
     # the new content before the rename, then the folder that now names it
     assert synced == [(path.stat().st_ino, len(b"durable")), (tmp_path.stat().st_ino, -1)]
+
+
+# -- parts: bytes, files and slices of files -------------------------------------------
+
+def _scratch(tmp_path: Path) -> tuple[list[replace.Part], bytes]:
+    """Parts as a fan-out's stitch makes them (slices of two workers' files, interleaved,
+    one longer than a copy block), and the bytes they stand for."""
+    one, two = tmp_path / "0.json", tmp_path / "1.json"
+    one.write_bytes(b"a" * 10 + b"B" * (3 * 2**20) + b"c" * 7)
+    two.write_bytes(b"xyz" * 1000)
+    parts: list[replace.Part] = [
+        b"head ", replace.FileSlice(one, 0, 10), b",", replace.FileSlice(two, 3, 30),
+        replace.FileSlice(one, 10, 3 * 2**20), memoryview(b"|"), two,
+        replace.FileSlice(one, 10 + 3 * 2**20, 7), b" tail"]
+    want = (b"head " + b"a" * 10 + b"," + b"xyz" * 10 + b"B" * (3 * 2**20) + b"|"
+            + b"xyz" * 1000 + b"c" * 7 + b" tail")
+    return parts, want
+
+
+def _through_a_pipe(parts: list[replace.Part]) -> bytes:
+    import threading
+
+    read, write = os.pipe()
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(os.fdopen(read, "rb").read()))
+    reader.start()
+    with os.fdopen(write, "wb") as stream:
+        replace.write_parts(stream, parts)
+    reader.join()
+    return got[0]
+
+
+def test_slices_of_files_are_written_alike_to_a_file_a_pipe_and_memory(tmp_path: Path) -> None:
+    parts, want = _scratch(tmp_path)
+    out = tmp_path / "report.json"
+    with open(out, "wb") as stream:
+        replace.write_parts(stream, parts)
+    assert out.read_bytes() == want
+    assert replace.joined(parts) == want
+    assert _through_a_pipe(parts) == want
+    replace_file(out, parts[1:3])
+    assert out.read_bytes() == b"a" * 10 + b","
+
+
+def test_a_scratch_file_shorter_than_its_slice_is_an_error_never_a_short_report(
+        tmp_path: Path) -> None:
+    _scratch(tmp_path)
+    short = [b"head ", replace.FileSlice(tmp_path / "1.json", 2990, 20)]  # 10 bytes are there
+    with pytest.raises(OSError, match="ends before the 20 bytes from 2990"):
+        replace.joined(short)
+    (tmp_path / "out").write_bytes(b"kept")
+    with pytest.raises(OSError, match="ends before the 20 bytes from 2990"):
+        replace_file(tmp_path / "out", short)
+    assert (tmp_path / "out").read_bytes() == b"kept"
+    assert leftovers(tmp_path) == []
