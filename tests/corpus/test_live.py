@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.eval.corpus import readme
+from evalkit.runtime.tools import Bwrap
 from tests._ports import pages_port_turn
 from tests.corpus.conftest import (
     IDS,
@@ -36,7 +37,9 @@ from tests.corpus.conftest import (
 #: The pages server listens on one fixed port: every test that starts it runs in one worker
 #: (and takes its turn at the port, see tests/_ports.py).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("corpus_present"),
-              pytest.mark.xdist_group("pages-port")]
+              pytest.mark.xdist_group("pages-port"),
+              pytest.mark.skipif(not Bwrap.available(), reason="bubblewrap (bwrap) is not "
+                                 "installed, and the analyst and coding agents run code in it")]
 
 
 @pytest.fixture(scope="module")

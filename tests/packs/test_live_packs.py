@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from evalkit.runtime.tools import Bwrap
 from tests._ports import pages_port_turn
 from tests.packs.conftest import SUITES, invoke, verdicts
 
@@ -57,6 +58,8 @@ BAD_REASONS: dict[str, dict[str, list[str]]] = {
 
 #: What the runtime says at the door when it does not offer a pack's tools.
 NOT_OFFERED = "the tool plane does not offer"
+#: What it says there when a pack's skill runs code in the sandbox and the host has none.
+NO_SANDBOX = "requires the bwrap sandbox, but this run has none"
 
 
 def _run(pack: str, out: Path, *agent: str) -> dict[str, dict]:
@@ -67,6 +70,8 @@ def _run(pack: str, out: Path, *agent: str) -> dict[str, dict]:
         said = stderr.read_text(encoding="utf-8", errors="replace")
         if NOT_OFFERED in said:
             pytest.skip(f"the runtime refuses the {pack} skill at the door: {said.strip()}")
+        if NO_SANDBOX in said and not Bwrap.available():  # .ci/run installs it
+            pytest.skip(f"bubblewrap (bwrap) is not installed, and the {pack} skill runs code in it")
     assert result.exit_code in (0, 1), result.output + result.stderr
     return verdicts(out)
 
