@@ -24,7 +24,8 @@ def test_text_bytes_and_parts_become_the_whole_file(tmp_path: Path) -> None:
     assert path.read_bytes() == b"\x00raw"
     piece = tmp_path / "piece"
     piece.write_bytes(b"copied " * 500_000)  # more than one copy chunk
-    replace_file(path, [b"head ", memoryview(b"mid "), piece, b"tail"])
+    whole = replace.FileSlice(piece, 0, piece.stat().st_size)
+    replace_file(path, [b"head ", memoryview(b"mid "), whole, b"tail"])
     assert path.read_bytes() == b"head mid " + b"copied " * 500_000 + b"tail"
     assert leftovers(tmp_path) == []
 
@@ -106,7 +107,7 @@ def _scratch(tmp_path: Path) -> tuple[list[replace.Part], bytes]:
     two.write_bytes(b"xyz" * 1000)
     parts: list[replace.Part] = [
         b"head ", replace.FileSlice(one, 0, 10), b",", replace.FileSlice(two, 3, 30),
-        replace.FileSlice(one, 10, 3 * 2**20), memoryview(b"|"), two,
+        replace.FileSlice(one, 10, 3 * 2**20), memoryview(b"|"), replace.FileSlice(two, 0, 3000),
         replace.FileSlice(one, 10 + 3 * 2**20, 7), b" tail"]
     want = (b"head " + b"a" * 10 + b"," + b"xyz" * 10 + b"B" * (3 * 2**20) + b"|"
             + b"xyz" * 1000 + b"c" * 7 + b" tail")

@@ -36,7 +36,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -98,7 +98,7 @@ class _Share:
     #: the markdown table rows and why-they-failed lines.
     paths: dict[str, Path]
     #: (span, where its output sits) for every span it took.
-    spans: list[tuple[int, Placed]] = field(default_factory=list)
+    spans: list[tuple[int, Placed]]
 
 
 class _FromDataset:

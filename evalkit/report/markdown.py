@@ -54,8 +54,6 @@ def write_file(path: Path, parts: list[Part]) -> Path:
     return replace_file(path, parts)
 
 
-
-
 def to_json(report: dict[str, Any]) -> str:
     """The report as indented JSON text (see ``to_json_bytes``)."""
     return to_json_bytes(report).decode()
@@ -141,8 +139,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     """Per half: the per-mission table, the by-flag table, and why they failed."""
     rows, failures = render_verdicts(report["verdicts"], report["halves"])
     return joined(markdown_parts(report, {h: [lines_bytes(r)] for h, r in rows.items()},
-                                  {h: [lines_bytes(f)] for h, f in failures.items()},
-                                  {h: bool(f) for h, f in failures.items()})).decode("utf-8")
+                                 {h: [lines_bytes(f)] for h, f in failures.items()},
+                                 {h: bool(f) for h, f in failures.items()})).decode("utf-8")
 
 
 #: Per half, lines rendered from its verdicts: table rows, or why-they-failed lines.

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,18 +31,18 @@ class FileSlice:
     length: int
 
 
-#: A piece of a file's content: bytes, or a file (or a slice of one) whose bytes go
-#: there (a fan-out's workers write their verdicts to files, so a million of them are
-#: never all in memory).
-Part = bytes | memoryview | Path | FileSlice
+#: A piece of a file's content: bytes, or a slice of a file whose bytes go there (a
+#: fan-out's workers write their verdicts to files, so a million of them are never all
+#: in memory).
+Part = bytes | memoryview | FileSlice
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BLOCK = 2**20
 
 
 def write_parts(stream: BinaryIO, parts: Sequence[Part]) -> None:
-    """Write the parts one after another; file parts are copied a megabyte at a time,
-    and a run of slices of one file reads it through one open handle."""
+    """Write the parts one after another; slices of files are copied a megabyte at a
+    time, and a run of slices of one file reads it through one open handle."""
     source: BinaryIO | None = None
     try:
         for part in parts:
@@ -54,9 +53,6 @@ def write_parts(stream: BinaryIO, parts: Sequence[Part]) -> None:
                     source = open(part.path, "rb")  # noqa: SIM115 - kept open across slices
                 source.seek(part.start)
                 _copy(source, stream, part)
-            elif isinstance(part, Path):
-                with open(part, "rb") as whole:
-                    shutil.copyfileobj(whole, stream, _BLOCK)
             else:
                 stream.write(part)
     finally:
