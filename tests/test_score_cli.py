@@ -389,3 +389,15 @@ def test_a_report_folder_that_is_a_file_is_refused_and_kept(suite_and_runs, tmp_
     assert result.exit_code == 2 and mine.read_text() == "mine\n"
     assert result.stderr == (f"Error: cannot write the report to {mine}: it is a file, and "
                              "--report names the folder that holds report.json and report.md\n")
+
+
+def test_a_mistyped_map_path_is_refused_whichever_half_is_scored(suite_and_runs):
+    """An entry for the other half is left unused, but a path where nothing is stays a
+    typo: exit 2 under --split test as under train, nothing scored."""
+    suite, runs = suite_and_runs
+    for split in ("test", "train", "all"):
+        result = invoke("score", "--suite", str(suite), "--runs", str(runs), "--split", split,
+                        "--map", f"t0={runs / 'nope'}")
+        assert result.exit_code == 2, split
+        assert f"bad --map t0={runs / 'nope'}: it does not exist" in result.stderr
+        assert result.stdout == ""

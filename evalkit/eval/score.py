@@ -224,18 +224,15 @@ class _Target:
 
 def _targets(missions: list[Mission], runs: Path | None,
              mapping: Mapping[str, str | Path]) -> list[_Target]:
-    """Where ``locate`` looks, with the arguments checked first (no stream is opened)."""
+    """Where ``locate`` looks, with ``--runs`` checked first (no stream is opened; the
+    ``--map`` entries are checked by ``_known``)."""
     if runs is not None and not runs.is_dir():
         what = "is not a folder" if runs.exists() else "does not exist"
         raise EvalkitError(f"--runs {runs} {what}")
     targets = []
     for m in missions:
         if m.key in mapping:
-            path = Path(mapping[m.key])
-            if not os.path.lexists(path):  # a mistyped path, as a missing --runs folder is
-                raise EvalkitError(f"bad --map {m.key}={as_text(str(mapping[m.key]))}: "
-                                   "it does not exist")
-            targets.append(_Target(m.key, path, str(mapping[m.key]), None))
+            targets.append(_Target(m.key, Path(mapping[m.key]), str(mapping[m.key]), None))
         elif runs is not None:
             targets.append(_Target(m.key, runs / m.key, None, runs))
         else:
@@ -405,13 +402,18 @@ def score(suite: Suite, *, runs: str | Path | None = None,
 
 
 def _known(suite: Suite, mapping: Mapping[str, str | Path]) -> Mapping[str, str | Path]:
-    """``mapping``, once every key is checked to name a mission of the suite. An entry
-    for a mission of the other half is left unused, not refused: one list of
-    ``--map`` entries serves ``--split train`` and ``--split test`` alike."""
+    """``mapping``, once every entry is checked to name a mission of the suite and a
+    path where something is (a mistyped path is a usage error, as a missing --runs
+    folder is). An entry for a mission of the other half is left unused, not
+    refused: one list of ``--map`` entries serves ``--split train`` and ``--split
+    test`` alike; but it is checked all the same, so a typo is caught whichever
+    half is scored."""
     keys = {m.key for m in suite.missions}
-    for key in mapping:
+    for key, path in mapping.items():
         if key not in keys:
             raise EvalkitError(f"bad --map: the suite has no mission {key!r}")
+        if not os.path.lexists(path):
+            raise EvalkitError(f"bad --map {key}={as_text(str(path))}: it does not exist")
     return mapping
 
 
