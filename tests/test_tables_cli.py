@@ -116,6 +116,76 @@ def test_an_events_file_in_the_runs_folder_is_a_run_in_the_dataset_too(tmp_path)
     assert runs_view == dataset_view
 
 
+def _same_verdicts(runner: CliRunner, suite: Path, runs: Path) -> list[dict]:
+    """Ingest ``runs``, score it both ways, assert the verdicts equal; the verdicts."""
+    done = runner.invoke(main, ["ingest", str(runs), "--out", str(runs.parent / "ds")])
+    assert done.exit_code == 0, done.output
+    common = ["score", "--suite", str(suite), "--json", "--allow-failures"]
+    from_runs = runner.invoke(main, [*common, "--runs", str(runs)])
+    from_dataset = runner.invoke(main, [*common, "--dataset", str(runs.parent / "ds")])
+    assert from_runs.exit_code == from_dataset.exit_code == 0, from_dataset.output
+    strip = lambda report: [{k: v for k, v in verdict.items() if k != "source"}  # noqa: E731
+                            for verdict in json.loads(report)["verdicts"]]
+    assert strip(from_runs.stdout) == strip(from_dataset.stdout)
+    return json.loads(from_dataset.stdout)["verdicts"]
+
+
+def test_a_bare_stream_is_a_run_past_lines_the_reader_skips(tmp_path):
+    """A bare events file is a stream however it begins, as long as the reader finds a
+    record in it: a torn first line (what a crash mid-write at the start leaves), a
+    line that is JSON but no object, or an object that is no record, first. The
+    dataset holds it, so --dataset gives the verdict --runs gives."""
+    runs = tmp_path / "runs"
+    write_stream(runs / "torn", good_run(), tail="")
+    text = (runs / "torn").read_text()
+    (runs / "torn").write_text('{"seq": 1, "at": "2026-11-30T0\n' + text)
+    write_stream(runs / "listed", good_run(), envelopes=False)
+    (runs / "listed").write_text("[1]\n\n" + (runs / "listed").read_text())
+    write_stream(runs / "odd", good_run(), envelopes=False)
+    (runs / "odd").write_text('{"seq": 1}\n' + (runs / "odd").read_text())
+    suite = write_suite(tmp_path / "s.yaml", padded(
+        [mission(key, expects_tools=["mcp.add"]) for key in ("torn", "listed", "odd")]),
+        flags=["chaining"])
+    got = {v["key"]: (v["passed"], v["missing"], v["reasons"][:1], v["kpis"]["skipped_lines"])
+           for v in _same_verdicts(CliRunner(), suite, runs)}
+    assert got["torn"] == (True, False, [], 1)
+    assert got["listed"] == (True, False, [], 2)
+    assert got["odd"][:2] == (False, False) and "does not conform" in got["odd"][2][0]
+
+
+def test_runs_reached_through_symbolic_links_are_in_the_dataset_too(tmp_path):
+    """``score --runs`` follows links where it looks for a stream (the mission folder and
+    two levels below it); ingest follows the same links, so both paths give the same
+    verdicts. A link to nothing is "not run" on both; a link to a folder with no
+    stream is "no stream"; a link that loops back up does not make ingest walk for
+    ever."""
+    store = tmp_path / "store"
+    write_stream(store / "run_1" / "events.jsonl", good_run())
+    write_stream(store / "run_2" / "events.jsonl", good_run(tool="mcp.echo"))
+    write_stream(store / "bare.jsonl", good_run(), envelopes=False)
+    (store / "empty").mkdir()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "linked").symlink_to(store / "run_1")
+    (runs / "linked_file").symlink_to(store / "bare.jsonl")
+    (runs / "below").mkdir()
+    (runs / "below" / "run_9").symlink_to(store / "run_2")
+    (runs / "dangling").symlink_to(tmp_path / "nowhere")
+    (runs / "hollow").symlink_to(store / "empty")
+    write_stream(runs / "looped" / "events.jsonl", good_run())
+    (runs / "looped" / "up").symlink_to(runs)
+    suite = write_suite(tmp_path / "s.yaml", padded([
+        mission(key, expects_tools=["mcp.add"])
+        for key in ("linked", "linked_file", "below", "dangling", "hollow", "looped")]),
+        flags=["chaining"])
+    got = {v["key"]: (v["passed"], v["missing"], v["reasons"][:1])
+           for v in _same_verdicts(CliRunner(), suite, runs)}
+    assert got["linked"] == got["linked_file"] == got["looped"] == (True, False, [])
+    assert got["below"] == (False, False, ["never called mcp.add; it called ['mcp.echo']"])
+    assert got["dangling"] == (False, True, ["not run"])
+    assert got["hollow"][:2] == (False, True) and got["hollow"][2][0].startswith("no stream")
+
+
 def _dataset(tmp_path: Path) -> Path:
     """Two runs ingested the way a user does it; the dataset folder."""
     runs = tmp_path / "runs"

@@ -23,6 +23,11 @@ RUNS_ENV = "EVALKIT_RUNS"
 DEFAULT_RUNS_ROOT = Path(".evalkit") / "runs"
 RECORD_NOTHING = ("none", "off")
 
+#: How far below a runs folder ``score --runs`` looks for a mission's stream: the
+#: mission's folder (1), and the folders one (2) and two (3) below it. Symbolic
+#: links are followed down to here, by the resolver and by ingest's walk alike.
+LOOKED_IN_DEPTH = 3
+
 _RUN_ID = re.compile(r"run_[A-Za-z0-9-]{1,80}")
 
 

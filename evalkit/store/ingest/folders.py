@@ -15,6 +15,7 @@ from pathlib import Path
 from evalkit.errors import EvalkitError
 from evalkit.store.layout import (
     EVENTS_FILE,
+    LOOKED_IN_DEPTH,
     META_FILE,
     MODEL_FILE,
     TOOLS_FILE,
@@ -62,13 +63,18 @@ def walk(root: Path, skip: Path | None = None, *, keep: frozenset[str] = frozens
     Files named in ``keep`` that the walk passes (in any folder it lists) are appended
     to ``kept`` as it goes, so a caller that wants other files of the tree (a
     ``Gathering``) gets them without listing every folder a second time.
+
+    A symbolic link to a folder is followed where ``score --runs`` would follow
+    it (``LOOKED_IN_DEPTH``: ``runs/KEY -> /data/store/run_1`` is that mission's
+    run), and only there: deeper links are left alone, so a link that loops
+    back up is walked a bounded number of times, never for ever.
     """
     own = _Own(skip)
     top = os.fspath(root)
     bare: set[str] = set()
-    stack: list[Iterator[str]] = [iter([top])]
+    stack: list[tuple[Iterator[str], int]] = [(iter([top]), 0)]
     while stack:
-        here = next(stack[-1], None)
+        here = next(stack[-1][0], None)
         if here is None:
             stack.pop()
             continue
@@ -80,6 +86,8 @@ def walk(root: Path, skip: Path | None = None, *, keep: frozenset[str] = frozens
                 entries = list(listing)
         except OSError:
             continue
+        depth = stack[-1][1] + 1  # of what is listed in ``here``
+        follow = depth <= LOOKED_IN_DEPTH
         run = False
         below = []
         for entry in entries:
@@ -88,7 +96,7 @@ def walk(root: Path, skip: Path | None = None, *, keep: frozenset[str] = frozens
             elif entry.name in keep and kept is not None \
                     and entry.is_file(follow_symlinks=False):
                 kept.append(entry.path)
-            elif entry.is_dir(follow_symlinks=False) and not own.holds(here, entry.name):
+            elif _is_folder(entry, follow) and not own.holds(here, entry.name):
                 below.append(entry.name)
             elif here == top and bare_stream(entry) and not own.holds(here, entry.name):
                 below.append(entry.name)
@@ -97,14 +105,23 @@ def walk(root: Path, skip: Path | None = None, *, keep: frozenset[str] = frozens
             yield here
         if below:
             below.sort()
-            stack.append(iter([os.path.join(here, name) for name in below]))
+            stack.append((iter([os.path.join(here, name) for name in below]), depth))
+
+
+def _is_folder(entry: os.DirEntry[str], follow: bool) -> bool:
+    """Whether an entry is a folder to walk into (through a link only with ``follow``);
+    False where that cannot be told (a link that loops or points nowhere)."""
+    try:
+        return entry.is_dir(follow_symlinks=follow)
+    except OSError:
+        return False
 
 
 #: The files of a run directory: in the root (a run itself), none is a stream.
 _RUN_FILES = frozenset({EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE})
 
-#: How far into a file ``bare_stream`` looks for the end of its first line.
-_FIRST_LINE_MAX = 1 << 20
+#: How far into a file ``bare_stream`` looks for a record.
+_HEAD_MAX = 1 << 20
 
 
 def bare_stream(entry: os.DirEntry[str]) -> bool:
@@ -113,25 +130,30 @@ def bare_stream(entry: os.DirEntry[str]) -> bool:
     ``score --runs`` takes whatever file sits at ``DIR/<key>``; ingest, which
     knows no keys, takes the files that look like a stream, so a README or a
     suite kept beside the runs does not become a run: an empty file (an empty
-    stream), or one whose first line that is not blank is a JSON object with
-    an ``event`` (a record) or a ``record`` (an envelope). Hidden files and
-    symbolic links are left out, as the walk leaves out hidden and linked folders.
+    stream), or one with a line in its first megabyte that is a JSON object with
+    an ``event`` (a record) or a ``record`` (an envelope). Lines the reader
+    skips (blank, torn, not an object) are passed over on the way, as the
+    reader passes them: a stream whose first line was torn is still a stream.
+    A symbolic link to such a file is one too (``score --runs`` reads through
+    it); hidden files are left out.
     """
-    if entry.name.startswith(".") or entry.name in _RUN_FILES \
-            or not entry.is_file(follow_symlinks=False):
+    if entry.name.startswith(".") or entry.name in _RUN_FILES or not is_file(entry):
         return False
     try:
         with open(entry.path, "rb") as file:
-            head = file.read(_FIRST_LINE_MAX)
+            head = file.read(_HEAD_MAX)
     except OSError:
         return False
-    for line in head.split(b"\n"):
-        if line.strip():
-            try:
-                first = loads(line)
-            except ValueError:
-                return False
-            return isinstance(first, dict) and ("event" in first or "record" in first)
+    lines = head.split(b"\n")
+    if len(head) == _HEAD_MAX:
+        lines.pop()  # may be cut short by the read
+    for line in lines:
+        try:
+            value = loads(line)
+        except ValueError:
+            continue
+        if type(value) is dict and ("event" in value or "record" in value):
+            return True
     return not head.strip()  # nothing but white space: an empty stream
 
 
@@ -256,14 +278,17 @@ class Streams:
     def without(self, skip: Path) -> list[str]:
         """The names of what is under the root and holds no such stream, sorted.
 
-        Files are left out (``score --runs`` reads one as an events file), and so are
-        symbolic links (the walk does not follow them), and the dataset itself.
+        Files are left out (``score --runs`` reads one as an events file, through a
+        link too), and so is the dataset itself. A link to a folder is a folder here,
+        as it is to the walk and to ``score --runs``; a link to nothing is nothing
+        (``score --runs`` says "not run" of it, not "no stream").
         """
         own, root = _Own(skip), os.fspath(self.root)
         try:
             with os.scandir(root) as listing:
                 return sorted(as_text(entry.name) for entry in listing
-                              if entry.name not in self._names and not entry.is_symlink()
-                              and not entry.is_file() and not own.holds(root, entry.name))
+                              if entry.name not in self._names and not is_file(entry)
+                              and (not entry.is_symlink() or os.path.exists(entry.path))
+                              and not own.holds(root, entry.name))
         except OSError:
             return []
