@@ -119,12 +119,23 @@ def test_missing_and_nested_runs_are_found_as_the_one_process_path_finds_them(
     # One mission's folder holds two runs: the one first in glob order is scored.
     twice = sorted(runs.iterdir())[11]
     shutil.copytree(next(sorted(runs.iterdir())[12].glob("*/")), twice / "0-first")
+    # One mission's stream is a file of torn lines where its folder was (no record:
+    # an empty stream); another's folder lives elsewhere, linked in.
+    garbled = sorted(runs.iterdir())[13]
+    shutil.rmtree(garbled)
+    garbled.write_bytes(b'{"seq": 1, "at\n\n')
+    linked = sorted(runs.iterdir())[14]
+    linked.rename(tmp_path / "elsewhere")
+    linked.symlink_to(tmp_path / "elsewhere")
     dataset = tmp_path / "dataset.parquet"
     ingest(runs, dataset)
     suite = corpus / "suite.yaml"
     want = _serial(suite, dataset, "all")
     assert b"not run" in want[0] and b"no stream: no events.jsonl in " in want[0]
     assert f'"{twice.name}/0-first/events.jsonl"'.encode() in want[0]
+    verdicts = {v["key"]: v for v in json.loads(want[0])["verdicts"]}
+    assert verdicts[garbled.name]["reasons"] == ["the stream is empty: the run failed"]
+    assert not verdicts[linked.name]["missing"]
     assert _fanned(suite, dataset, "all", 2) == want
     assert _fanned(suite, runs, "all", 2) == _serial(suite, runs, "all")
     # and the dataset words each mission as scoring the folder itself does

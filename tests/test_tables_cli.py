@@ -107,13 +107,15 @@ def test_an_events_file_in_the_runs_folder_is_a_run_in_the_dataset_too(tmp_path)
     assert got["bare"] == (False, False, ["never called mcp.add; it called ['mcp.echo']"])
     assert got["empty"] == (False, False, ["the stream is empty: the run failed"])
     assert got["ghost"] == (False, True, ["not run"])
+    # The README is no run in the tables, but --runs reads it as a stream when a key
+    # names it: one with no record, its one line skipped. The manifest says so.
+    assert got["README.md"] == (False, False, ["the stream is empty: the run failed"])
+    readme = next(v for v in json.loads(from_dataset.stdout)["verdicts"]
+                  if v["key"] == "README.md")
+    assert (readme["kpis"]["records"], readme["kpis"]["skipped_lines"]) == (0, 1)
     strip = lambda report: [{k: v for k, v in verdict.items() if k != "source"}  # noqa: E731
                             for verdict in json.loads(report)["verdicts"]]
-    # The README is no stream to ingest; --runs reads it as one (its key names it), so
-    # only that mission differs: empty there, not run here.
-    runs_view = [v for v in strip(from_runs.stdout) if v["key"] != "README.md"]
-    dataset_view = [v for v in strip(from_dataset.stdout) if v["key"] != "README.md"]
-    assert runs_view == dataset_view
+    assert strip(from_runs.stdout) == strip(from_dataset.stdout)
 
 
 def _same_verdicts(runner: CliRunner, suite: Path, runs: Path) -> list[dict]:
@@ -151,6 +153,24 @@ def test_a_bare_stream_is_a_run_past_lines_the_reader_skips(tmp_path):
     assert got["torn"] == (True, False, [], 1)
     assert got["listed"] == (True, False, [], 2)
     assert got["odd"][:2] == (False, False) and "does not conform" in got["odd"][2][0]
+
+
+def test_a_file_with_no_record_is_an_empty_stream_in_the_dataset_too(tmp_path):
+    """A crashed agent's stream of nothing but torn lines, written where the mission's
+    stream belongs: --runs reads it as an empty stream (the run failed, not missing),
+    and so does --dataset, from the manifest; a file that grew past what is read
+    whole at ingest is left to --runs."""
+    runs = tmp_path / "runs"
+    write_stream(runs / "fine" / "events.jsonl", good_run())
+    (runs / "garbled").write_bytes(b'{"seq": 1, "at": "2026\n\xff\xfe\n[3]\n')
+    suite = write_suite(tmp_path / "s.yaml", padded([mission("fine"), mission("garbled")]),
+                        flags=["chaining"])
+    got = {v["key"]: v for v in _same_verdicts(CliRunner(), suite, runs)}
+    assert (got["garbled"]["passed"], got["garbled"]["missing"]) == (False, False)
+    assert got["garbled"]["reasons"] == ["the stream is empty: the run failed"]
+    assert got["garbled"]["kpis"]["skipped_lines"] == 3
+    manifest = json.loads((tmp_path / "ds" / "dataset.json").read_text())
+    assert manifest["without_records"] == {"garbled": 3}
 
 
 def test_runs_reached_through_symbolic_links_are_in_the_dataset_too(tmp_path):

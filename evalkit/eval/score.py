@@ -440,7 +440,7 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     from evalkit.eval import tables
 
     by_path = tables.summaries_from_dataset(dataset)
-    bare = tables.without_stream(dataset)
+    unkept = Unkept(tables.without_stream(dataset), tables.without_records(dataset))
     under = tables.by_mission_folder(by_path)
     verdicts, there = [], False
     # A summary is let go once its last mission is judged: at 100k runs that
@@ -450,10 +450,12 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     for m in missions:
         rel = resolve_relative(m.key, under.get(m.key, ()))
         uses[m.key] -= 1
-        there = there or rel is not None or m.key in bare
         if rel is None:
-            verdicts.append(judge(m, None, missing=missing_from_dataset(m.key, bare)))
+            verdict, found = unkept.verdict(m)
+            verdicts.append(verdict)
+            there = there or found
         else:
+            there = True
             summary = by_path[rel] if uses[m.key] else by_path.pop(rel)
             verdicts.append(judge(m, summary, source=rel))
     if not there:  # as from a runs folder
@@ -461,10 +463,26 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     return ScoreReport(suite.name, split, "duckdb", verdicts)
 
 
-def missing_from_dataset(key: str, without_stream: frozenset[str]) -> str:
-    """Why a mission has no run in a dataset, worded as ``--runs`` words it
-    (``without_stream``: the folders ingest found with no stream in them)."""
-    return no_stream(key) if key in without_stream else NOT_RUN
+@dataclass(frozen=True)
+class Unkept:
+    """What a dataset says of the names under its runs folder that it keeps no run for,
+    so a mission named by one is judged as ``--runs`` judges it."""
+
+    #: Folders that hold no stream where ``--runs`` looks: "no stream: …", missing.
+    without_stream: frozenset[str]
+    #: Files that hold no record, with the lines a reader skips in each: ``--runs``
+    #: reads such a file as an empty stream.
+    without_records: Mapping[str, int]
+
+    def verdict(self, m: Mission) -> tuple[Verdict, bool]:
+        """The verdict of a mission with no run in the dataset, and whether anything was
+        where its run would be."""
+        skipped = self.without_records.get(m.key)
+        if skipped is not None:
+            return judge(m, summarize((), source=m.key, skipped=skipped), source=m.key), True
+        if m.key in self.without_stream:
+            return judge(m, None, missing=no_stream(m.key)), True
+        return judge(m, None, missing=NOT_RUN), False
 
 
 def parse_map(entries: Iterable[str]) -> dict[str, str]:

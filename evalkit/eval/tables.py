@@ -388,6 +388,18 @@ def without_stream(dataset: Path) -> frozenset[str]:
     return frozenset(name for name in names if isinstance(name, str))
 
 
+def without_records(dataset: Path) -> dict[str, int]:
+    """The files under the ingested folder that hold no record, each with the lines a
+    reader skips in it (``ds.WITHOUT_RECORDS``; empty for a dataset written before
+    it was kept). A mission named by one is an empty stream, as ``--runs`` reads it.
+    """
+    found = _check_manifest(Path(dataset)).get(ds.WITHOUT_RECORDS)
+    if not isinstance(found, dict):
+        return {}
+    return {name: skipped for name, skipped in found.items()
+            if isinstance(name, str) and type(skipped) is int and skipped >= 0}
+
+
 def _kept_summaries_current(folder: Path, manifest: dict[str, Any]) -> bool:
     kept = manifest.get(SUMMARIES)
     return (isinstance(kept, dict) and kept.get("version") == summary_version()

@@ -45,13 +45,13 @@ from evalkit.eval import suite_pieces
 from evalkit.eval.check import ShareCheck, Tally, suite_problems
 from evalkit.eval.score import (
     HalfTotals,
+    Unkept,
     dataset_where,
     fold,
     halves_dict,
     judged,
     locate_under,
     merge_halves,
-    missing_from_dataset,
     nothing_to_score,
     report_head,
     runs_where,
@@ -106,19 +106,17 @@ class _FromDataset:
     the workers share its pages)."""
 
     def __init__(self, dataset: Path, kept: KeptSummaries) -> None:
-        from evalkit.eval.tables import without_stream
+        from evalkit.eval.tables import without_records, without_stream
 
         self.where = dataset_where(dataset)
         self.kept = kept
-        #: Mission folders that were there but held no stream.
-        self.bare = without_stream(dataset)
+        self.unkept = Unkept(without_stream(dataset), without_records(dataset))
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The mission's verdict, and whether anything was where its run would be."""
         found = self.kept.find(m.key)  # as score._score_dataset
         if found is None:
-            return (judge(m, None, missing=missing_from_dataset(m.key, self.bare)),
-                    m.key in self.bare)
+            return self.unkept.verdict(m)
         rel, row = found
         return judge(m, self.kept.summary(row, rel), source=rel), True
 

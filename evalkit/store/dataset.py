@@ -30,6 +30,10 @@ MANIFEST = "dataset.json"
 #: The manifest's list of names directly under the ingested folder that hold no
 #: events file where ``score --runs`` would look (so both paths word a mission alike).
 WITHOUT_STREAM = "without_stream"
+#: The manifest's files directly under the ingested folder that hold no record at all
+#: (a README, a stream of nothing but torn lines), each with the lines ``score --runs``
+#: would skip reading it: what it makes of a mission named by one is an empty stream.
+WITHOUT_RECORDS = "without_records"
 DEFAULT_NAME = "dataset.parquet"
 TABLES = ("runs", "events", "model_calls", "tool_calls")
 

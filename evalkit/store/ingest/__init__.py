@@ -180,6 +180,7 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
                     "events": n_events, "bytes": n_bytes,
                     "tables": {name: f"{name}.parquet" for name in names},
                     ds.WITHOUT_STREAM: streams.without(skip=out),
+                    ds.WITHOUT_RECORDS: streams.without_records(skip=out),
                     **(derive.manifest if derive is not None else {}),
                     **(gather.manifest if gather is not None else {})}
         (tmp / ds.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))

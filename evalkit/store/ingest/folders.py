@@ -22,7 +22,7 @@ from evalkit.store.layout import (
     as_text,
     is_file,
 )
-from evalkit.store.reader import loads
+from evalkit.store.reader import loads, parse_bytes
 
 
 def discover(root: Path, skip: Path | None = None) -> list[Path]:
@@ -157,6 +157,32 @@ def bare_stream(entry: os.DirEntry[str]) -> bool:
     return not head.strip()  # nothing but white space: an empty stream
 
 
+#: The largest file ``recordless`` reads whole: a README or a crashed agent's few
+#: torn lines, not an archive someone left beside the runs.
+_RECORDLESS_MAX = 64 * 2**20
+
+
+def recordless(entry: os.DirEntry[str]) -> int | None:
+    """For a file beside the run folders that ``bare_stream`` did not take: the lines
+    ``score --runs`` would skip reading it, when it holds no record at all (None
+    when it holds one, or is no plain file, hidden or too large to read whole).
+
+    ``score --runs`` reads whatever file sits at ``DIR/<key>``; one with no record
+    in it is an empty stream there, and the manifest says so, so the dataset
+    words a mission named by it alike."""
+    if entry.name.startswith(".") or entry.name in _RUN_FILES or not is_file(entry):
+        return None
+    try:
+        if os.stat(entry.path).st_size > _RECORDLESS_MAX:
+            return None
+        with open(entry.path, "rb") as file:
+            data = file.read()
+    except OSError:
+        return None
+    read = parse_bytes(Path(entry.path), data)
+    return None if read.records else read.skipped
+
+
 def _read(path: str, *, required: bool = False) -> bytes | None:
     """A file's bytes; None when it is absent.
 
@@ -274,6 +300,23 @@ class Streams:
                 if len(parts) <= 3 and not any(p.startswith(".") for p in parts[1:]):
                     names.add(parts[0])
             yield run
+
+    def without_records(self, skip: Path) -> dict[str, int]:
+        """The files under the root that hold no record (``recordless``), by name,
+        with the lines a reader skips in each."""
+        own, root = _Own(skip), os.fspath(self.root)
+        found: dict[str, int] = {}
+        try:
+            with os.scandir(root) as listing:
+                entries = sorted((e for e in listing if e.name not in self._names
+                                  and not own.holds(root, e.name)), key=lambda e: e.name)
+        except OSError:
+            return found
+        for entry in entries:
+            skipped = recordless(entry)
+            if skipped is not None:
+                found[as_text(entry.name)] = skipped
+        return found
 
     def without(self, skip: Path) -> list[str]:
         """The names of what is under the root and holds no such stream, sorted.
