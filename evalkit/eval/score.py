@@ -440,7 +440,7 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
     from evalkit.eval import tables
 
     by_path = tables.summaries_from_dataset(dataset)
-    unkept = Unkept(tables.without_stream(dataset), tables.without_records(dataset))
+    unkept = Unkept.of(dataset)
     under = tables.by_mission_folder(by_path)
     verdicts, there = [], False
     # A summary is let go once its last mission is judged: at 100k runs that
@@ -473,6 +473,12 @@ class Unkept:
     #: Files that hold no record, with the lines a reader skips in each: ``--runs``
     #: reads such a file as an empty stream.
     without_records: Mapping[str, int]
+
+    @classmethod
+    def of(cls, dataset: Path) -> Unkept:
+        from evalkit.eval import tables
+
+        return cls(*tables.unkept(dataset))
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The verdict of a mission with no run in the dataset, and whether anything was

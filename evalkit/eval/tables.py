@@ -376,28 +376,23 @@ def stored_summaries_current(dataset: Path) -> bool:
     return _kept_summaries_current(Path(dataset), _check_manifest(Path(dataset)))
 
 
-def without_stream(dataset: Path) -> frozenset[str]:
-    """The names under the ingested folder that hold no stream where ``score --runs`` looks
-    (``ds.WITHOUT_STREAM`` in the manifest; empty for a dataset written before it was kept).
-
-    A mission named by one of them gets the reason ``--runs`` gives, not "not run".
+def unkept(dataset: Path) -> tuple[frozenset[str], dict[str, int]]:
+    """What the manifest says of the names under the ingested folder it keeps no run
+    for, so a mission named by one gets the verdict ``--runs`` gives, not "not run":
+    the folders that hold no stream where ``score --runs`` looks
+    (``ds.WITHOUT_STREAM``), and the files that hold no record, each with the lines
+    a reader skips in it (``ds.WITHOUT_RECORDS``). Either is empty for a dataset
+    written before it was kept.
     """
-    names = _check_manifest(Path(dataset)).get(ds.WITHOUT_STREAM)
-    if not isinstance(names, list):
-        return frozenset()
-    return frozenset(name for name in names if isinstance(name, str))
-
-
-def without_records(dataset: Path) -> dict[str, int]:
-    """The files under the ingested folder that hold no record, each with the lines a
-    reader skips in it (``ds.WITHOUT_RECORDS``; empty for a dataset written before
-    it was kept). A mission named by one is an empty stream, as ``--runs`` reads it.
-    """
-    found = _check_manifest(Path(dataset)).get(ds.WITHOUT_RECORDS)
-    if not isinstance(found, dict):
-        return {}
-    return {name: skipped for name, skipped in found.items()
-            if isinstance(name, str) and type(skipped) is int and skipped >= 0}
+    manifest = _check_manifest(Path(dataset))
+    names = manifest.get(ds.WITHOUT_STREAM)
+    files = manifest.get(ds.WITHOUT_RECORDS)
+    folders = (frozenset(name for name in names if isinstance(name, str))
+               if isinstance(names, list) else frozenset())
+    recordless = ({name: skipped for name, skipped in files.items()
+                   if isinstance(name, str) and type(skipped) is int and skipped >= 0}
+                  if isinstance(files, dict) else {})
+    return folders, recordless
 
 
 def _kept_summaries_current(folder: Path, manifest: dict[str, Any]) -> bool:

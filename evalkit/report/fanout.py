@@ -106,11 +106,9 @@ class _FromDataset:
     the workers share its pages)."""
 
     def __init__(self, dataset: Path, kept: KeptSummaries) -> None:
-        from evalkit.eval.tables import without_records, without_stream
-
         self.where = dataset_where(dataset)
         self.kept = kept
-        self.unkept = Unkept(without_stream(dataset), without_records(dataset))
+        self.unkept = Unkept.of(dataset)
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The mission's verdict, and whether anything was where its run would be."""

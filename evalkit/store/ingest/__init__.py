@@ -176,11 +176,12 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         gathered = _gather(gather, root, sorted(kept), tmp)
         names = [*ds.TABLES, *(derive.schemas if derive is not None else ()),
                  *(gather.schemas if gather is not None else ())]
+        without_stream, without_records = streams.unkept(skip=out)
         manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
                     "tables": {name: f"{name}.parquet" for name in names},
-                    ds.WITHOUT_STREAM: streams.without(skip=out),
-                    ds.WITHOUT_RECORDS: streams.without_records(skip=out),
+                    ds.WITHOUT_STREAM: without_stream,
+                    ds.WITHOUT_RECORDS: without_records,
                     **(derive.manifest if derive is not None else {}),
                     **(gather.manifest if gather is not None else {})}
         (tmp / ds.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))

@@ -120,6 +120,12 @@ def _is_folder(entry: os.DirEntry[str], follow: bool) -> bool:
 #: The files of a run directory: in the root (a run itself), none is a stream.
 _RUN_FILES = frozenset({EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE})
 
+def _beside_runs(entry: os.DirEntry[str]) -> bool:
+    """Whether a file in the root may be a mission's events file: a plain file (or a link
+    to one), not hidden, and not one of a run directory's own files (the root is a run)."""
+    return not entry.name.startswith(".") and entry.name not in _RUN_FILES and is_file(entry)
+
+
 #: How far into a file ``bare_stream`` looks for a record.
 _HEAD_MAX = 1 << 20
 
@@ -137,7 +143,7 @@ def bare_stream(entry: os.DirEntry[str]) -> bool:
     A symbolic link to such a file is one too (``score --runs`` reads through
     it); hidden files are left out.
     """
-    if entry.name.startswith(".") or entry.name in _RUN_FILES or not is_file(entry):
+    if not _beside_runs(entry):
         return False
     try:
         with open(entry.path, "rb") as file:
@@ -170,7 +176,7 @@ def recordless(entry: os.DirEntry[str]) -> int | None:
     ``score --runs`` reads whatever file sits at ``DIR/<key>``; one with no record
     in it is an empty stream there, and the manifest says so, so the dataset
     words a mission named by it alike."""
-    if entry.name.startswith(".") or entry.name in _RUN_FILES or not is_file(entry):
+    if not _beside_runs(entry):
         return None
     try:
         if os.stat(entry.path).st_size > _RECORDLESS_MAX:
@@ -301,37 +307,29 @@ class Streams:
                     names.add(parts[0])
             yield run
 
-    def without_records(self, skip: Path) -> dict[str, int]:
-        """The files under the root that hold no record (``recordless``), by name,
-        with the lines a reader skips in each."""
-        own, root = _Own(skip), os.fspath(self.root)
-        found: dict[str, int] = {}
-        try:
-            with os.scandir(root) as listing:
-                entries = sorted((e for e in listing if e.name not in self._names
-                                  and not own.holds(root, e.name)), key=lambda e: e.name)
-        except OSError:
-            return found
-        for entry in entries:
-            skipped = recordless(entry)
-            if skipped is not None:
-                found[as_text(entry.name)] = skipped
-        return found
+    def unkept(self, skip: Path) -> tuple[list[str], dict[str, int]]:
+        """What is directly under the root and holds no stream the walk noted, from one
+        listing: the names of the folders (sorted), and the files that hold no record
+        (``recordless``) with the lines a reader skips in each.
 
-    def without(self, skip: Path) -> list[str]:
-        """The names of what is under the root and holds no such stream, sorted.
-
-        Files are left out (``score --runs`` reads one as an events file, through a
-        link too), and so is the dataset itself. A link to a folder is a folder here,
+        A file is no folder here (``score --runs`` reads one as an events file,
+        through a link too), nor is the dataset itself. A link to a folder is a folder,
         as it is to the walk and to ``score --runs``; a link to nothing is nothing
         (``score --runs`` says "not run" of it, not "no stream").
         """
         own, root = _Own(skip), os.fspath(self.root)
         try:
             with os.scandir(root) as listing:
-                return sorted(as_text(entry.name) for entry in listing
-                              if entry.name not in self._names and not is_file(entry)
-                              and (not entry.is_symlink() or os.path.exists(entry.path))
-                              and not own.holds(root, entry.name))
+                others = sorted((entry for entry in listing if entry.name not in self._names
+                                 and not own.holds(root, entry.name)), key=lambda e: e.name)
         except OSError:
-            return []
+            return [], {}
+        folders: list[str] = []
+        files: dict[str, int] = {}
+        for entry in others:
+            if not is_file(entry):
+                if not entry.is_symlink() or os.path.exists(entry.path):
+                    folders.append(as_text(entry.name))
+            elif (skipped := recordless(entry)) is not None:
+                files[as_text(entry.name)] = skipped
+        return sorted(folders), files
