@@ -61,7 +61,7 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "reply_rejected": ("tool", "usage"),
     "tool_call": ("usage", "call"),
     "tool_result": ("call",),
-    "gate_requested": ("approval_id",),
+    "gate_requested": ("approval_id", "digest"),
     "answer_delta": (),
     "answer": ("usage",),
     "grounding": (),
@@ -163,7 +163,9 @@ CLI_FLAGS: tuple[dict[str, Any], ...] = (
 
 #: Environment variables a mission reads.
 ENV_VARS: dict[str, str] = {
-    "EVALKIT_RUNS": "run store root; none/off records nothing; unset = .evalkit/runs",
+    "EVALKIT_HOME": "the state folder (run store, audit, approvals, signing key); unset = "
+                    "$XDG_STATE_HOME/evalkit or ~/.local/state/evalkit",
+    "EVALKIT_RUNS": "run store root; none/off records nothing; unset = $EVALKIT_HOME/runs",
     "EVALKIT_PROVIDER": "model backend when --provider is not given",
     "EVALKIT_MODEL": "model name when --model is not given",
     "EVALKIT_API_BASE": "endpoint base URL when --api-base is not given",
@@ -171,9 +173,9 @@ ENV_VARS: dict[str, str] = {
     "EVALKIT_PROFILE": "capability profile when --profile is not given",
     "EVALKIT_SANDBOX": "bwrap (refuse without it) or none (opt out)",
     "EVALKIT_AUDIT": "audit log folder; none/off silences it; unset = beside the run store "
-                     "(.evalkit/audit)",
-    "EVALKIT_APPROVALS": "approvals folder; none/off silences it; unset = beside the run store "
-                         "(.evalkit/approvals)",
+                     "($EVALKIT_HOME/audit)",
+    "EVALKIT_APPROVALS": "approvals folder; none/off silences it; unset = beside the run "
+                         "store ($EVALKIT_HOME/approvals)",
 }
 
 #: What a process running a mission promises.

@@ -13,14 +13,17 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from evalkit.store.state import RUNS, state_path
+
 EVENTS_FILE = "events.jsonl"
 META_FILE = "meta.json"
 LOCK_FILE = "lock"
 MODEL_FILE = "model.jsonl"
 TOOLS_FILE = "tools.jsonl"
+#: A closed recording's signed list of its files (``evalkit.store.seal``).
+MANIFEST_FILE = "manifest.json"
 
 RUNS_ENV = "EVALKIT_RUNS"
-DEFAULT_RUNS_ROOT = Path(".evalkit") / "runs"
 RECORD_NOTHING = ("none", "off")
 
 #: How far below a runs folder ``score --runs`` looks for a mission's stream: the
@@ -43,11 +46,12 @@ def is_run_id(text: str) -> bool:
 
 
 def runs_root(environ: Mapping[str, str] | None = None) -> Path | None:
-    """Where runs are recorded, or None when recording is switched off."""
+    """Where runs are recorded, or None when recording is switched off: ``EVALKIT_RUNS``,
+    else the state folder's ``runs`` (``evalkit.store.state``), out of any mission's reach."""
     env = os.environ if environ is None else environ
     value = env.get(RUNS_ENV)
     if value is None or value == "":
-        return DEFAULT_RUNS_ROOT
+        return state_path(RUNS, env)
     if value.strip().lower() in RECORD_NOTHING:
         return None
     return Path(value)

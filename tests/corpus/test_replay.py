@@ -46,7 +46,7 @@ def _namespace() -> list[str]:
 
 
 def _env(site: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_") or k == "EVALKIT_HOME"}
     for name in ("OPENAI_API_KEY", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
         env.pop(name, None)
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])

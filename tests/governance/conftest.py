@@ -125,7 +125,7 @@ def governed(tmp_path: Path) -> RunGoverned:
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """This environment minus EVALKIT_*, with every governed folder under ``tmp_path``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_") or k == "EVALKIT_HOME"}
     env.update(EVALKIT_RUNS=str(tmp_path / "runs"), EVALKIT_AUDIT=str(tmp_path / "audit"),
                EVALKIT_APPROVALS=str(tmp_path / "approvals"))
     env.update(extra)

@@ -32,7 +32,7 @@ def call(tool: str, **arguments: Any) -> str:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_") or k == "EVALKIT_HOME"}
     env.update(extra)
     return env
 

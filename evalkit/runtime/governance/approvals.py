@@ -37,9 +37,9 @@ from evalkit.runtime.governance.audit import beside_runs
 from evalkit.store.replace import replace_file
 from evalkit.store.runstore import now_iso
 from evalkit.store.sink import json_bytes
+from evalkit.store.state import APPROVALS
 
 APPROVALS_ENV = "EVALKIT_APPROVALS"
-DEFAULT_APPROVALS_ROOT = Path(".evalkit") / "approvals"
 OFF = ("none", "off")
 LOCK_NAME = ".lock"
 
@@ -52,7 +52,7 @@ def approvals_root(environ: Mapping[str, str] | None = None) -> Path | None:
     env = os.environ if environ is None else environ
     value = env.get(APPROVALS_ENV)
     if value is None or value == "":
-        return beside_runs(env, "approvals", DEFAULT_APPROVALS_ROOT)
+        return beside_runs(env, APPROVALS)
     if value.strip().lower() in OFF:
         return None
     return Path(value)

@@ -5,7 +5,7 @@ tool ran; its exit code, duration and bytes out are kept), ``denied`` (a
 scope, the closed set, a gate or a spent approval stopped it; the reason
 says which) or ``error`` (the dispatch itself failed: unknown tool, invalid
 arguments, a server down, a process killed before it exited). One file per
-run, beside the run store by default (``.evalkit/audit/``; ``EVALKIT_AUDIT``
+run, beside the run store by default (the state folder's ``audit/``; ``EVALKIT_AUDIT``
 moves it, ``none``/``off`` silences it), named after the run id, or a
 timestamp when nothing is recorded. Arguments are not copied here: the recording has them.
 """
@@ -24,9 +24,9 @@ from evalkit.errors import EvalkitError
 from evalkit.redact import redact_obj
 from evalkit.store.runstore import now_iso
 from evalkit.store.sink import json_bytes
+from evalkit.store.state import AUDIT
 
 AUDIT_ENV = "EVALKIT_AUDIT"
-DEFAULT_AUDIT_ROOT = Path(".evalkit") / "audit"
 OFF = ("none", "off")
 
 #: The closed set of verdicts.
@@ -35,17 +35,18 @@ VERDICTS = ("allowed", "denied", "error")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def beside_runs(environ: Mapping[str, str], name: str, fallback: Path) -> Path:
+def beside_runs(environ: Mapping[str, str], name: str) -> Path:
     """The default home of a governance folder: beside the run store.
 
-    ``.evalkit/runs`` -> ``.evalkit/<name>``; a harness that moves the run store
-    (``EVALKIT_RUNS=out/m1/runs``) gets ``out/m1/<name>`` with it, so every
-    mission's records stay together. With recording off, ``fallback``.
+    ``$EVALKIT_HOME/runs`` -> ``$EVALKIT_HOME/<name>``; a harness that moves the
+    run store (``EVALKIT_RUNS=out/m1/runs``) gets ``out/m1/<name>`` with it, so
+    every mission's records stay together. With recording off, the state folder's.
     """
     from evalkit.store.layout import runs_root
+    from evalkit.store.state import state_path
 
     runs = runs_root(environ)
-    return fallback if runs is None else runs.parent / name
+    return state_path(name, environ) if runs is None else runs.parent / name
 
 
 def audit_root(environ: Mapping[str, str] | None = None) -> Path | None:
@@ -53,7 +54,7 @@ def audit_root(environ: Mapping[str, str] | None = None) -> Path | None:
     env = os.environ if environ is None else environ
     value = env.get(AUDIT_ENV)
     if value is None or value == "":
-        return beside_runs(env, "audit", DEFAULT_AUDIT_ROOT)
+        return beside_runs(env, AUDIT)
     if value.strip().lower() in OFF:
         return None
     return Path(value)

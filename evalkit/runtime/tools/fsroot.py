@@ -11,6 +11,7 @@ the wrong path learns and tries again.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,20 @@ from evalkit.runtime.tools.descriptor import ToolResult
 
 #: Bytes of one file ``fs read`` returns; the rest is named, not shown.
 MAX_READ_BYTES = 8 * 1024 * 1024
+
+#: Folders no tool path may reach, even inside a mission root: evalkit's own state (run
+#: store, audit, approvals, keys) when an operator points it there (``hide``).
+_HIDDEN: set[str] = set()
+
+
+def hide(folders: Iterable[Path | str]) -> None:
+    """Make ``folders`` unreachable to every tool path of this process from now on."""
+    _HIDDEN.update(os.path.realpath(f) for f in folders)
+
+
+def hidden(real: str) -> bool:
+    """Whether the real path ``real`` is, or is inside, a hidden folder."""
+    return any(real == h or real.startswith(h + os.sep) for h in _HIDDEN)
 
 
 class PathRefused(ValueError):
@@ -50,6 +65,9 @@ def resolve_in_root(root: Path | str, path: str) -> Path:
     real = os.path.realpath(joined)
     if not _inside(real, real_root):
         raise PathRefused(f"path refused: {path!r} leads out of the mission root through a symlink")
+    if hidden(real):
+        raise PathRefused(f"path refused: {path!r} is evalkit's own state (run store, audit, "
+                          "approvals), which no tool may touch")
     return Path(real)
 
 
@@ -94,6 +112,8 @@ def _list(target: Path, shown: str) -> ToolResult:
         return ToolResult.failure(f"{shown!r} is a file; use action 'read'")
     lines = []
     for entry in sorted(os.scandir(target), key=lambda e: e.name):
+        if hidden(os.path.realpath(entry.path)):
+            continue
         if entry.is_symlink():
             lines.append(f"{entry.name} -> {os.readlink(entry.path)}")
         elif entry.is_dir():
