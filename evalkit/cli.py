@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "contract": ("evalkit.commands.contract:contract", "Print the mission stream contract."),
     "check": ("evalkit.commands.scoring:check", "Refuse a suite that cannot be graded."),
     "score": ("evalkit.commands.scoring:score", "Verdicts and KPIs from recorded streams."),
+    "verify": ("evalkit.commands.verify:verify", "Check recordings against their seals."),
     "ingest": ("evalkit.commands.tables:ingest", "Turn run directories into a Parquet dataset."),
     "sql": ("evalkit.commands.tables:sql", "Query runs with DuckDB."),
     "mission": ("evalkit.runtime.command:mission_command", "Run a governed agent mission."),

@@ -44,10 +44,21 @@ def check(suite_path: Path) -> None:
 @click.option("--report", "report_dir", type=click.Path(path_type=Path),
               help="Write report.json and report.md into this folder.")
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when a mission failed.")
+@click.option("--no-verify", is_flag=True,
+              help="Do not check streams against their seals (faster; the report says so).")
+@click.option("--trust", "trust_files", multiple=True, type=click.Path(path_type=Path),
+              metavar="KEY.pub", help="Also trust seals signed by this public key. Repeatable.")
+@click.option("--require-signed", is_flag=True,
+              help="Score an unsigned stream as tampered (for folders sealed whole).")
 def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset: Path | None,
           split: str, engine: str, as_json: bool, report_dir: Path | None,
-          allow_failures: bool) -> None:
-    """Verdicts and KPIs for a suite from recorded streams — no model needed."""
+          allow_failures: bool, no_verify: bool, trust_files: tuple[Path, ...],
+          require_signed: bool) -> None:
+    """Verdicts and KPIs for a suite from recorded streams — no model needed.
+
+    Every stream is checked against its seal first: one altered after it was
+    closed is an infrastructure failure, never scored as the run it claims.
+    """
     from evalkit.errors import EvalkitError
     from evalkit.eval.check import gradeable
     from evalkit.eval.score import parse_map
@@ -62,6 +73,19 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
 
     if runs is None and not mapping and dataset is None:
         raise EvalkitError("nothing to score: give --runs DIR, --map KEY=PATH or --dataset PATH")
+    if no_verify and (trust_files or require_signed):
+        raise EvalkitError("--no-verify checks no seal, so --trust and --require-signed "
+                           "would do nothing; give one or the other")
+    if dataset is not None and (trust_files or require_signed):
+        raise EvalkitError("a dataset's seals were checked when it was ingested; --trust and "
+                           "--require-signed apply to --runs and --map")
+    checker = None
+    if not no_verify and (runs is not None or mapping):
+        from evalkit.eval.score import beside
+        from evalkit.store.seal import Checker
+
+        checker = Checker.for_scoring(beside(runs, parse_map(mapping)), trust_files,
+                                      require_signed=require_signed)
     with collector_paused():
         rendered = None
         # A large suite from one source is scored on every core (JSONL folded in
@@ -72,11 +96,13 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
 
             rendered = score_rendered(suite_path, split, dataset=dataset, runs=runs,
                                       want_json=as_json or report_dir is not None,
-                                      want_markdown=not as_json or report_dir is not None)
+                                      want_markdown=not as_json or report_dir is not None,
+                                      verify=not no_verify, checker=checker)
         if rendered is None:
             suite = gradeable(suite_path, refusing="nothing scored")
             report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
-                                 split=split, engine=engine).to_dict()
+                                 split=split, engine=engine, verify=not no_verify,
+                                 checker=checker).to_dict()
             rendered = Rendered(report["passed"],
                                 [to_json_bytes(report)] if as_json or report_dir else None,
                                 [to_markdown(report).encode()] if not as_json or report_dir

@@ -16,6 +16,14 @@ recording needs stays, what only the recording machine needed goes
 variant is scored into ``report.json``/``report.md`` exactly as ``evalkit score
 --report`` would. Records (``events.jsonl``, ``meta.json``, ``model.jsonl``,
 ``tools.jsonl``, the audit log) are never rewritten.
+
+The corpus is signed with a key made for each regeneration: the recording
+runs use it as their state folder's key (so the run store seals its runs
+with it), the tidied mission folders and each variant folder are sealed with
+it again, and its public key is written to ``OUT/evalkit.pub``, which
+``score`` and ``verify`` trust for what lies below it. The private key is
+never kept. A partial regeneration (``--suite``) first checks the suites it
+leaves alone against the previous key, then signs them again with the new one.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +47,10 @@ from evalkit.eval.harness_files import CAPTURE_FILE, REPORT_FILE, REPORT_MD, RUN
 from evalkit.eval.runner import GOOD, script_variants
 from evalkit.eval.score import score
 from evalkit.eval.suite import SUITE_FILES, Suite, load_suite
+from evalkit.store import seal
 from evalkit.store.replace import replace_file
+from evalkit.store.signing import PUBLIC_FILE, Signer, Trust, read_public_key, write_signer
+from evalkit.store.state import HOME_ENV, KEYS
 
 DEFAULT_OUT = "recordings"
 DEFAULT_SUITES = "suites"
@@ -173,21 +185,49 @@ def record_corpus(out: Path, *, write: ReportWriter, suites_dir: Path = Path(DEF
     targets = plan(suites_dir, names)
     out = _corpus_folder(out)
     root = suites_dir.parent
+    recorded = {t.folder for t in targets}
+    _check_kept(out, recorded)
     corpus = Corpus(out)
     t0 = time.monotonic()
-    for folder in dict.fromkeys(t.folder for t in targets):
-        ours = [t for t in targets if t.folder == folder]
-        corpus.recorded += _record_suite(ours, out / folder, root=root,
-                                         jobs=jobs, timeout_s=timeout_s, write=write,
-                                         on_done=on_done, warn=warn)
+    signer = Signer.generate()
+    with tempfile.TemporaryDirectory(prefix="evalkit-corpus-home-") as home:
+        write_signer(signer, Path(home) / KEYS)
+        try:
+            for folder in dict.fromkeys(t.folder for t in targets):
+                ours = [t for t in targets if t.folder == folder]
+                corpus.recorded += _record_suite(ours, out / folder, root=root, home=Path(home),
+                                                 signer=signer, jobs=jobs, timeout_s=timeout_s,
+                                                 write=write, on_done=on_done, warn=warn)
+        finally:  # what was recorded with the new key, and what was not, under one key
+            if corpus.recorded:
+                done = {r.target.folder for r in corpus.recorded}
+                for kept in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in done):
+                    seal.reseal(kept, signer)
+                replace_file(out / PUBLIC_FILE, signer.public_pem())
     if not names:  # a full regeneration: suites no longer shipped leave the corpus
-        recorded = {t.folder for t in targets}
         for stale in sorted(p for p in out.iterdir() if p.is_dir() and p.name not in recorded):
             warn(f"note: {stale.name} is no longer a shipped suite; removed from {out}")
             shutil.rmtree(stale)
     replace_file(out / README, readme(out))
     corpus.seconds = time.monotonic() - t0
     return corpus
+
+
+def _check_kept(out: Path, recorded: set[str]) -> None:
+    """Refuse to sign again, with a new key, suites left alone that fail their seals."""
+    kept = [p for p in sorted(out.iterdir()) if p.is_dir() and p.name not in recorded
+            and not p.name.startswith(".")]
+    if not kept or not (out / PUBLIC_FILE).is_file():
+        return
+    trust = Trust()
+    trust.add(read_public_key(out / PUBLIC_FILE), str(out / PUBLIC_FILE))
+    findings = seal.verify_paths(kept, seal.Checker(trust))
+    bad = [f for f in findings if f.word == seal.TAMPERED]
+    if bad:
+        where = bad[0].path.relative_to(out.absolute()).as_posix()
+        raise EvalkitError(f"{out}/{where} was altered after it was recorded "
+                           f"({bad[0].problems[0]}); regenerate its suite too "
+                           f"(--suite {where.split('/')[0]}) or restore it")
 
 
 def _corpus_folder(out: Path) -> Path:
@@ -206,8 +246,9 @@ def _corpus_folder(out: Path) -> Path:
     return out
 
 
-def _record_suite(targets: list[Target], folder: Path, *, root: Path, jobs: int,
-                  timeout_s: float, write: ReportWriter, on_done: Callable[[Recorded], None],
+def _record_suite(targets: list[Target], folder: Path, *, root: Path, home: Path,
+                  signer: Signer, jobs: int, timeout_s: float, write: ReportWriter,
+                  on_done: Callable[[Recorded], None],
                   warn: Callable[[str], None]) -> list[Recorded]:
     """Every variant of one suite into ``folder``; the previous recordings come back on failure."""
     aside = folder.with_name(f".{folder.name}.previous")
@@ -220,9 +261,17 @@ def _record_suite(targets: list[Target], folder: Path, *, root: Path, jobs: int,
         for target in targets:
             dest = folder / target.variant
             t0 = time.monotonic()
-            record_variant(target, dest, root=root, jobs=jobs, timeout_s=timeout_s, warn=warn)
+            record_variant(target, dest, root=root, jobs=jobs, timeout_s=timeout_s, warn=warn,
+                           home=home)
             tidy(dest, root)
-            report = score(target.suite, runs=dest).to_dict()
+            missions = sorted(p for p in dest.iterdir() if p.is_dir())
+            for mission in missions:
+                seal.seal_mission(mission, signer)
+            seal.seal_folder(dest, missions, signer)
+            trust = Trust()
+            trust.add(signer.public_raw, "the corpus key")
+            report = score(target.suite, runs=dest,
+                           checker=seal.Checker(trust, require_signed=True)).to_dict()
             write(report, dest)
             done.append(Recorded(target, dest, report, time.monotonic() - t0))
             on_done(done[-1])
@@ -239,8 +288,10 @@ def _record_suite(targets: list[Target], folder: Path, *, root: Path, jobs: int,
 
 def record_variant(target: Target, dest: Path, *, root: Path, jobs: int = DEFAULT_JOBS,
                    timeout_s: float = MISSION_TIMEOUT_S,
-                   warn: Callable[[str], None] = lambda _: None) -> None:
-    """``evalkit run`` of one suite with one agent variant into ``dest``, from ``root``."""
+                   warn: Callable[[str], None] = lambda _: None,
+                   home: Path | None = None) -> None:
+    """``evalkit run`` of one suite with one agent variant into ``dest``, from ``root``
+    (with ``home`` as the state folder: where the key it signs with is)."""
     argv = [sys.executable, "-m", "evalkit.cli", "run", "--suite", str(target.suite.path),
             "--out", str(dest.resolve()), "--jobs", str(jobs), "--timeout", f"{timeout_s:g}",
             "--quiet", "--allow-failures"]
@@ -248,6 +299,8 @@ def record_variant(target: Target, dest: Path, *, root: Path, jobs: int = DEFAUL
         argv += ["--agent", target.variant]
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(_ENV_PREFIX) or k in _ENV_KEPT}
+    if home is not None:
+        env[HOME_ENV] = str(home)
     done = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, check=False)
     for line in done.stderr.splitlines():

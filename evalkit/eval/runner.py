@@ -10,6 +10,17 @@ The agent is any program that speaks the stream. The harness adds only:
   substituted for ``{runs}`` when the spawn line has it;
 - the mission's own ``flags`` (and, under ``measure``, the row's delta).
 
+Each mission runs in a folder of its own, ``DIR/<key>/work`` — the suite's
+fixtures staged there, or empty — which holds nothing of the harness: the
+capture is written beside it, where an agent confined to its working folder
+(the built-in runtime's tools are) cannot reach. A spawn line's relative
+paths that name something in the folder ``run`` was started in are made
+absolute, so ``-- python my_agent.py`` still finds its program. When the
+agent is done, the harness seals the mission folder (``evalkit.store.seal``);
+when every mission is done, the output folder, whose seal the scoring then
+requires of every stream. An agent spawned without a sandbox of its own runs
+as the user who started ``run`` and is trusted not to reach past its folder.
+
 With no spawn line the agent is evalkit's own runtime, spawned as a
 subprocess (``python -m evalkit.cli mission``; never imported — this package
 must run where no agent stack is installed), driven by the suite's scripted
@@ -58,8 +69,9 @@ from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite
 from evalkit.redact import REDACTED, Redactor
-from evalkit.store.layout import EVENTS_FILE
+from evalkit.store.layout import EVENTS_FILE, MANIFEST_FILE
 from evalkit.store.replace import replace_file
+from evalkit.store.seal import Checker, seal_folder, seal_mission, signer_or_none
 
 EXECUTORS = ("local", "ray")
 DEFAULT_TIMEOUT_S = 600.0
@@ -178,9 +190,9 @@ class Job:
     #: The mission folder, ``DIR/<key>`` (absolute).
     out: str
     timeout_s: float
-    #: Working directory of the agent (absolute).
+    #: The folder ``run`` was started in (absolute); the agent works in ``<out>/work``.
     cwd: str
-    #: A fixtures folder staged into ``<out>/work``, which is then the working directory.
+    #: A fixtures folder staged into ``<out>/work``, the agent's working directory.
     stage: str | None = None
     #: Stage only this entry of the fixtures folder (the suite's ``fixture_for``).
     stage_only: str | None = None
@@ -190,6 +202,38 @@ class Job:
     secrets: tuple[str, ...] = ()
     #: What progress shows, e.g. ``direct/rep2/chain-1``.
     label: str = ""
+
+
+#: The agent's working folder inside its mission folder (fixtures staged, or empty).
+WORK_DIR = "work"
+
+
+def anchored(spawn: Sequence[str], launch: Path) -> tuple[str, ...]:
+    """The spawn line with each relative path that names something in ``launch`` made
+    absolute (also as ``--flag=PATH``): the agent starts in a folder of its own, not
+    where ``run`` was started.
+
+    A path is a token with a ``/`` in it, or a file name with a suffix
+    (``agent.py``), that exists there; a bare word (``mission``, ``openai``) is
+    left alone even when a folder of that name happens to exist.
+    """
+    def one(text: str) -> str:
+        if not text or os.path.isabs(text) or "{" in text:
+            return text
+        here = launch / text
+        if ("/" in text and os.path.exists(here)) or ("." in text.strip(".") and
+                                                      os.path.isfile(here)):
+            return str(here.absolute())
+        return text
+
+    out = []
+    for token in spawn:
+        if token.startswith("--") and "=" in token:
+            flag, _, value = token.partition("=")
+            out.append(f"{flag}={one(value)}")
+        else:
+            out.append(token if token.startswith("-") else one(token))
+    return tuple(out)
 
 
 def command_line(job: Job, events_fd: int) -> list[str]:
@@ -208,13 +252,15 @@ def run_mission(job: Job) -> dict[str, Any]:
     """
     out = Path(job.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    cwd, unstaged = job.cwd, None
-    if job.stage is not None:
-        cwd = str(out / "work")
-        try:
+    cwd, unstaged = str(out / WORK_DIR), None
+    try:
+        if job.stage is not None:
             staging.stage(job.stage, cwd, only=job.stage_only)
-        except (EvalkitError, OSError) as exc:
-            unstaged = f"cannot stage the fixtures into {cwd}: {exc}"
+        else:
+            os.mkdir(cwd)
+    except (EvalkitError, OSError) as exc:
+        unstaged = f"cannot stage the fixtures into {cwd}: {exc}" if job.stage is not None \
+            else f"cannot make the working folder {cwd}: {getattr(exc, 'strerror', None) or exc}"
     env = {**os.environ, **dict(job.env), "EVALKIT_RUNS": str(out / "runs")}
     events_fd, events_write = os.pipe()
     argv = command_line(job, events_write)
@@ -268,6 +314,9 @@ def run_mission(job: Job) -> dict[str, Any]:
     capture["events_bytes"] = (out / "events.jsonl").stat().st_size
     replace_file(out / taxonomy.CAPTURE_FILE, json.dumps(capture, indent=2, ensure_ascii=False)
                  + "\n")
+    signer, _ = signer_or_none()
+    if signer is not None:
+        seal_mission(out, signer)
     return capture
 
 
@@ -631,7 +680,8 @@ def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path
             stem = m.key if agent.variant is None else f"{m.key}.{agent.variant}"
             skipped[m.key] = f"no scripted agent {stem}.yaml in {agent.agents}"
             continue
-        jobs.append(Job(key=m.key, objective=m.prompt, spawn=argv, flags=(*flags, *m.flags),
+        jobs.append(Job(key=m.key, objective=m.prompt, spawn=anchored(argv, Path(cwd)),
+                        flags=(*flags, *m.flags),
                         out=str((out / m.key).resolve()), timeout_s=timeout_s, cwd=cwd,
                         stage=str(fixtures.resolve()) if fixtures is not None else None,
                         stage_only=only.get(m.key), env=tuple(sorted((env or {}).items())),
@@ -691,8 +741,21 @@ def write_json(path: Path, data: Any) -> None:
 
 def score_folder(suite: Suite, folder: Path, split: str,
                  captures: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
-    """Score the mission folders under ``folder`` and annotate the taxonomy."""
-    report = score(suite, runs=folder, split=split).to_dict()
+    """Score the mission folders under ``folder`` and annotate the taxonomy.
+
+    With ``captures`` (the missions just ran) the folder is sealed first and every
+    stream must carry a seal; without them (a rescore) streams are checked as ``score``
+    checks them.
+    """
+    sealed = False
+    if captures is not None:
+        signer, _ = signer_or_none()
+        if signer is not None:
+            seal_folder(folder, sorted(p for p in folder.iterdir()
+                                       if (p / MANIFEST_FILE).is_file()), signer)
+            sealed = True
+    checker = Checker.for_scoring([folder], require_signed=sealed)
+    report = score(suite, runs=folder, split=split, checker=checker).to_dict()
     return taxonomy.annotate(report, folder, captures)
 
 

@@ -21,9 +21,10 @@ from evalkit.errors import EvalkitError
 from evalkit.eval.harness_files import REPORT_FORMAT, REPORT_VERSION
 from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.eval.summary import RunSummary, pack, summarize, unpack
-from evalkit.eval.verdict import NOT_RUN, Verdict, judge
+from evalkit.eval.verdict import NOT_RUN, Verdict, altered, judge
 from evalkit.store.layout import as_text, no_stream, resolve_events, resolve_relative
-from evalkit.store.reader import read_events_file
+from evalkit.store.reader import file_bytes, parse_bytes
+from evalkit.store.seal import Checker
 
 ENGINES = ("auto", "python", "duckdb")
 #: The plain fold (fanned out over the cores) beats DuckDB reading JSONL at every size
@@ -49,12 +50,21 @@ class Located:
         return self.events is not None or self.missing != NOT_RUN
 
 
+@dataclass(frozen=True)
+class Altered:
+    """What ``fold`` finds for a stream that fails its seal: the verdict's reason."""
+
+    reason: str
+
+
 @dataclass
 class ScoreReport:
     suite: str
     split: str
     engine: str
     verdicts: list[Verdict]
+    #: Whether each stream was checked against its seal (``--no-verify``: not).
+    verified: bool = True
 
     @property
     def all_passed(self) -> bool:
@@ -66,7 +76,8 @@ class ScoreReport:
 
     def head(self) -> dict[str, Any]:
         """The report without its verdicts (they go last, so a fan-out can stitch them on)."""
-        return report_head(self.suite, self.split, self.all_passed, self.halves())
+        return report_head(self.suite, self.split, self.all_passed, self.halves(),
+                           self.verified)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.head(), "verdicts": [v.as_dict() for v in self.verdicts]}
@@ -108,9 +119,10 @@ def halves_dict(found: HalfTotals) -> dict[str, dict[str, Any]]:
             for half, (whole, flags) in found.items()}
 
 
-def report_head(suite: str, split: str, passed: bool, halves: dict[str, Any]) -> dict[str, Any]:
+def report_head(suite: str, split: str, passed: bool, halves: dict[str, Any],
+                verified: bool) -> dict[str, Any]:
     return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "suite": suite, "split": split,
-            "passed": passed, "halves": halves}
+            "passed": passed, "verified": verified, "halves": halves}
 
 
 def totals(verdicts: list[Verdict]) -> dict[str, Any]:
@@ -263,11 +275,11 @@ def _relative_posix(path: Path, base: Path) -> str:
     return path.relative_to(base).as_posix()
 
 
-Found = dict[str, "RunSummary | str"]
+Found = dict[str, "RunSummary | Altered | str"]
 
 
-def summaries_python(targets: list[_Target], *, workers: int | None = None
-                     ) -> tuple[list[Located], Found]:
+def summaries_python(targets: list[_Target], *, workers: int | None = None,
+                     checker: Checker | None = None) -> tuple[list[Located], Found]:
     """The plain path: locate and fold each stream; large sets fan out over the cores.
 
     Locating is part of each share, not done before it: on a slow file system
@@ -279,13 +291,14 @@ def summaries_python(targets: list[_Target], *, workers: int | None = None
     """
     workers = workers if workers is not None else _workers_for(len(targets))
     if workers <= 1:
-        return _unpacked([_locate_and_fold(targets)], len(targets))
+        return _unpacked([_locate_and_fold(targets, checker)], len(targets))
     import multiprocessing
 
     chunks = [targets[i::workers] for i in range(workers)]  # interleaved: even shares
     with multiprocessing.get_context("fork").Pool(workers - 1) as pool:
-        pending = pool.map_async(_locate_and_fold, chunks[1:], chunksize=1)
-        first = _locate_and_fold(chunks[0])
+        pending = pool.starmap_async(_locate_and_fold, [(c, checker) for c in chunks[1:]],
+                                     chunksize=1)
+        first = _locate_and_fold(chunks[0], checker)
         return _unpacked([first, *pending.get()], len(targets))
 
 
@@ -304,13 +317,13 @@ def _workers_for(runs: int) -> int:
 _Packed = tuple[str, "str | None", "str | None", "str | None", Any]
 
 
-def _locate_and_fold(targets: list[_Target]) -> list[_Packed]:
+def _locate_and_fold(targets: list[_Target], checker: Checker | None = None) -> list[_Packed]:
     """Per target: its ``Located`` fields, then its summary packed (``pack``), why it
     has none, or None when it has no stream."""
     out: list[_Packed] = []
     for target in targets:
         loc = _locate(target)
-        found = fold(loc)
+        found = fold(loc, checker)
         events = os.fspath(loc.events) if loc.events is not None else None
         out.append((loc.key, events, loc.source, loc.missing,
                     pack(found) if isinstance(found, RunSummary) else found))
@@ -322,21 +335,36 @@ def locate_under(key: str, runs: Path) -> Located:
     return _locate(_Target(key, runs / key, None, runs))
 
 
-def fold(loc: Located) -> RunSummary | str | None:
-    """The summary of a located stream, why it has none, or None when there is no stream."""
+def fold(loc: Located, checker: Checker | None = None) -> RunSummary | Altered | str | None:
+    """The summary of a located stream, why it has none, or None when there is no stream.
+
+    With a ``checker``, the bytes read are first checked against the stream's seal, and
+    a stream altered after it was closed is never folded as if it were the run.
+    """
     if loc.events is None:
         return None
     try:
-        read = read_events_file(loc.events)
+        data = file_bytes(loc.events)
     except EvalkitError as exc:
+        if loc.events.is_dir():
+            return f"no stream: {loc.events} is a directory, not an events file"
         return f"no stream: {exc.message}"
+    if data is None:
+        return f"no stream: cannot read {loc.events}: No such file or directory"
+    if checker is not None:
+        reason = checker.altered(loc.events, data)
+        if reason is not None:
+            return Altered(reason)
+    read = parse_bytes(loc.events, data)
     return summarize(read.records, read.lines, source=loc.source, skipped=read.skipped)
 
 
-def judged(m: Mission, loc: Located, found: RunSummary | str | None) -> Verdict:
+def judged(m: Mission, loc: Located, found: RunSummary | Altered | str | None) -> Verdict:
     """The verdict of a mission from what ``fold`` found for it."""
     if isinstance(found, RunSummary):
         return judge(m, found, source=loc.source)
+    if isinstance(found, Altered):
+        return altered(m, found.reason, source=loc.source)
     return judge(m, None, source=loc.source, missing=found or loc.missing)
 
 
@@ -350,17 +378,24 @@ def _unpacked(shares: list[list[_Packed]], total: int) -> tuple[list[Located], F
             located[at] = Located(key, Path(events) if events is not None else None,
                                   source, missing)
             if summary is not None:
-                found[key] = summary if isinstance(summary, str) else unpack(summary)
+                found[key] = summary if isinstance(summary, (str, Altered)) else unpack(summary)
     return located, found
 
 
-def summaries_duckdb(located: list[Located]) -> Found:
+def summaries_duckdb(located: list[Located], checker: Checker | None = None) -> Found:
     from evalkit.eval import tables  # DuckDB is imported only on this path
 
+    out: Found = {}
+    if checker is not None:  # DuckDB reads the files itself: the seals are checked first
+        for loc in located:
+            if loc.events is not None:
+                found = fold(loc, checker)
+                if isinstance(found, (Altered, str)):
+                    out[loc.key] = found
+        located = [loc for loc in located if loc.key not in out]
     files = [loc.events for loc in located if loc.events is not None]
     root = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
     by_path = tables.summaries_via_duckdb(root, files)
-    out: Found = {}
     for loc in located:
         if loc.events is None:
             continue
@@ -375,8 +410,14 @@ def summaries_duckdb(located: list[Located]) -> Found:
 
 def score(suite: Suite, *, runs: str | Path | None = None,
           mapping: Mapping[str, str | Path] | None = None, dataset: str | Path | None = None,
-          split: str = "all", engine: str = "auto") -> ScoreReport:
-    """Verdicts for every mission of ``suite`` in ``split`` from recorded streams."""
+          split: str = "all", engine: str = "auto", verify: bool = True,
+          checker: Checker | None = None) -> ScoreReport:
+    """Verdicts for every mission of ``suite`` in ``split`` from recorded streams.
+
+    Each stream is checked against its seal (``evalkit.store.seal``) unless ``verify``
+    is False; ``checker`` says which keys are trusted and whether unsigned streams are
+    refused (default: ``Checker.for_scoring`` of the runs folder or the mapped paths).
+    """
     if engine not in ENGINES:
         raise EvalkitError(f"--engine takes one of {', '.join(ENGINES)}, not {engine!r}")
     if dataset is not None and (runs is not None or mapping):
@@ -384,21 +425,32 @@ def score(suite: Suite, *, runs: str | Path | None = None,
                            "holds the runs it was ingested from, and nothing would be mixed in")
     missions = missions_in(suite, split)
     if dataset is not None:
-        return _score_dataset(suite, missions, Path(dataset), split)
+        return _score_dataset(suite, missions, Path(dataset), split, verify)
     runs_path = Path(runs) if runs is not None else None
     targets = _targets(missions, runs_path, _known(suite, mapping or {}))
+    if verify and checker is None:
+        checker = Checker.for_scoring(beside(runs_path, mapping or {}))
+    checker = checker if verify else None
     chosen = engine if engine != "auto" else (
         "duckdb" if DUCKDB_FROM is not None and len(targets) >= DUCKDB_FROM else "python")
     if chosen == "duckdb":
         located = [_locate(target) for target in targets]
         _require_a_stream(located, suite, runs_path)
-        found = summaries_duckdb(located)
+        found = summaries_duckdb(located, checker)
     else:
-        located, found = summaries_python(targets)
+        located, found = summaries_python(targets, checker=checker)
         _require_a_stream(located, suite, runs_path)
     verdicts = [judged(m, loc, found.get(m.key))
                 for m, loc in zip(missions, located, strict=True)]
-    return ScoreReport(suite.name, split, chosen, verdicts)
+    return ScoreReport(suite.name, split, chosen, verdicts, verify)
+
+
+def beside(runs: Path | None, mapping: Mapping[str, str | Path]) -> list[Path]:
+    """Where a corpus's own public key may be found: the runs folder, else each mapped
+    path's folder (``Trust.local`` looks there and above)."""
+    if runs is not None:
+        return [runs]
+    return list(dict.fromkeys(Path(p).absolute().parent for p in mapping.values()))
 
 
 def _known(suite: Suite, mapping: Mapping[str, str | Path]) -> Mapping[str, str | Path]:
@@ -436,10 +488,12 @@ def nothing_to_score(suite: str, where: str) -> EvalkitError:
     return EvalkitError(f"nothing to score: no mission of suite '{suite}' {where}")
 
 
-def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: str) -> ScoreReport:
+def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: str,
+                   verify: bool) -> ScoreReport:
     from evalkit.eval import tables
 
     by_path = tables.summaries_from_dataset(dataset)
+    tampered = tables.altered(dataset) if verify else {}
     unkept = Unkept.of(dataset)
     under = tables.by_mission_folder(by_path)
     verdicts, there = [], False
@@ -457,10 +511,12 @@ def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: 
         else:
             there = True
             summary = by_path[rel] if uses[m.key] else by_path.pop(rel)
-            verdicts.append(judge(m, summary, source=rel))
+            reason = tampered.get(rel)
+            verdicts.append(judge(m, summary, source=rel) if reason is None
+                            else altered(m, reason, source=rel))
     if not there:  # as from a runs folder
         raise nothing_to_score(suite.name, dataset_where(dataset))
-    return ScoreReport(suite.name, split, "duckdb", verdicts)
+    return ScoreReport(suite.name, split, "duckdb", verdicts, verify)
 
 
 @dataclass(frozen=True)

@@ -395,6 +395,16 @@ def unkept(dataset: Path) -> tuple[frozenset[str], dict[str, int]]:
     return folders, recordless
 
 
+def altered(dataset: Path) -> dict[str, str]:
+    """The streams the dataset's ingest found altered after they were closed (events path
+    -> the verdict's reason): scored as tampered, whatever their kept summaries say."""
+    found = _check_manifest(Path(dataset)).get(ds.ALTERED)
+    if not isinstance(found, dict):
+        return {}
+    return {path: reason for path, reason in found.items()
+            if isinstance(path, str) and isinstance(reason, str)}
+
+
 def _kept_summaries_current(folder: Path, manifest: dict[str, Any]) -> bool:
     kept = manifest.get(SUMMARIES)
     return (isinstance(kept, dict) and kept.get("version") == summary_version()

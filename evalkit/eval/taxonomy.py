@@ -9,6 +9,7 @@ agent, so each non-passing verdict is put in exactly one category:
     the verdict passed (whatever else happened: the record shows the job done).
 ``infra``
     an infrastructure error, first match wins:
+    ``tampered`` (the recording was altered after it was closed: its seal says so),
     ``spawn_failure`` (the agent process could not be started),
     ``timeout`` (the harness killed it at ``--timeout``),
     ``zero_events`` (it ran and wrote no record: the run failed before it began),
@@ -35,11 +36,12 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.eval import stats
 from evalkit.eval.harness_files import CAPTURE_FILE
+from evalkit.eval.verdict import TAMPERED
 from evalkit.store.reader import read_events_file
 
 PASS, FAIL, MISSING, INFRA = stats.PASS, stats.FAIL, stats.MISSING, stats.INFRA
 CATEGORIES: tuple[str, ...] = stats.OUTCOME_WORDS
-INFRA_KINDS: tuple[str, ...] = ("spawn_failure", "timeout", "zero_events", "endpoint_failure")
+INFRA_KINDS: tuple[str, ...] = ("tampered", "spawn_failure", "timeout", "zero_events", "endpoint_failure")
 
 _DOWN = ("failed", "absent")
 
@@ -49,6 +51,8 @@ def categorize(verdict: Mapping[str, Any], capture: Mapping[str, Any] | None = N
     """(category, infra detail or None) for one verdict (a ``Verdict.as_dict()``)."""
     if verdict.get("passed"):
         return PASS, None
+    if TAMPERED in (verdict.get("checks") or ()):
+        return INFRA, f"{TAMPERED}: {verdict['reasons'][0]}"
     if capture is not None:
         if capture.get("spawn_error"):
             return INFRA, f"spawn_failure: {capture['spawn_error']}"

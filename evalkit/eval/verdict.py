@@ -85,6 +85,13 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
                     source=source)
 
 
+def altered(mission: Mission, reason: str, *, source: str | None = None) -> Verdict:
+    """The verdict of a mission whose recording fails its seal (``evalkit.store.seal``):
+    a failure of the recording, not of the agent, judged from nothing it claims."""
+    return _verdict(mission, [(TAMPERED, reason)], missing=False, kpis=empty_kpis(),
+                    source=source)
+
+
 def _verdict(mission: Mission, found: list[tuple[str, str]], *, missing: bool,
              kpis: dict[str, Any], source: str | None) -> Verdict:
     checks, reasons = (list(column) for column in zip(*found, strict=True)) if found else ([], [])
@@ -107,9 +114,12 @@ def _stream_reasons(s: RunSummary) -> list[tuple[str, str]]:
     return found
 
 
+#: The check of a recording altered after it was closed.
+TAMPERED = "tampered"
+
 #: Every check a reason can come from, as named in ``Verdict.checks``.
 CHECKS: tuple[str, ...] = (
-    "missing", "empty_stream", "contract", "unfinished", "expects_tools", "forbids_tools",
+    "missing", TAMPERED, "empty_stream", "contract", "unfinished", "expects_tools", "forbids_tools",
     "expects_outcome", "expects_grounded", "answer", "answer_must_match",
     "answer_must_not_match", "answer_pattern", "max_reply_rejected", "must_not_stage",
 )

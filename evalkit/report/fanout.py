@@ -58,7 +58,7 @@ from evalkit.eval.score import (
     tally_halves,
 )
 from evalkit.eval.suite import _FAST_PATH_FROM, Mission, _suite_file, default_name
-from evalkit.eval.verdict import Verdict, judge
+from evalkit.eval.verdict import Verdict, altered, judge
 from evalkit.report.markdown import (
     HalfLines,
     Rendered,
@@ -70,6 +70,7 @@ from evalkit.report.markdown import (
 )
 from evalkit.store import leftovers
 from evalkit.store.replace import FileSlice
+from evalkit.store.seal import Checker
 
 if TYPE_CHECKING:
     from evalkit.eval.kept import KeptSummaries
@@ -105,10 +106,13 @@ class _FromDataset:
     """Each mission's run from a dataset's kept summaries (indexed before forking:
     the workers share its pages)."""
 
-    def __init__(self, dataset: Path, kept: KeptSummaries) -> None:
+    def __init__(self, dataset: Path, kept: KeptSummaries, verify: bool) -> None:
+        from evalkit.eval.tables import altered
+
         self.where = dataset_where(dataset)
         self.kept = kept
         self.unkept = Unkept.of(dataset)
+        self.tampered = altered(dataset) if verify else {}
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The mission's verdict, and whether anything was where its run would be."""
@@ -116,19 +120,23 @@ class _FromDataset:
         if found is None:
             return self.unkept.verdict(m)
         rel, row = found
+        reason = self.tampered.get(rel)
+        if reason is not None:
+            return altered(m, reason, source=rel), True
         return judge(m, self.kept.summary(row, rel), source=rel), True
 
 
 class _FromRuns:
-    """Each mission's stream from a runs folder, found and folded by the share."""
+    """Each mission's stream from a runs folder, found, checked and folded by the share."""
 
-    def __init__(self, runs: Path) -> None:
+    def __init__(self, runs: Path, checker: Checker | None) -> None:
         self.where = runs_where(runs)
         self.runs = runs
+        self.checker = checker
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         loc = locate_under(m.key, self.runs)
-        return judged(m, loc, fold(loc)), loc.there
+        return judged(m, loc, fold(loc, self.checker)), loc.there
 
 
 class _Claims:
@@ -205,6 +213,7 @@ class _Job:
     scratch: Path
     claims: _Claims
     workers: int
+    verify: bool
 
 
 _JOB: _Job | None = None  # set before forking: the workers inherit it rather than unpickle it
@@ -212,14 +221,16 @@ _JOB: _Job | None = None  # set before forking: the workers inherit it rather th
 
 def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
                    runs: Path | None = None, want_json: bool, want_markdown: bool,
-                   workers: int | None = None) -> Rendered | None:
+                   workers: int | None = None, verify: bool = True,
+                   checker: Checker | None = None) -> Rendered | None:
     """The report of ``suite_path`` scored on several cores, or None.
 
     From ``dataset`` (its kept summaries) or ``runs`` (each mission's stream
     folded where its share finds it), one of the two. None means "score it
     the usual way": too small to pay, a suite that is not a JSON document, a
     check problem, or a dataset without current kept summaries. With one
-    core it still pays: the work streams, so memory stays low.
+    core it still pays: the work streams, so memory stays low. Streams are
+    checked against their seals as ``score`` checks them (``verify``, ``checker``).
     """
     if (dataset is None) == (runs is None):
         raise TypeError("score_rendered scores from a dataset or from runs: give one")
@@ -228,7 +239,7 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
         file = _suite_file(Path(suite_path))
         if file.stat().st_size < FANOUT_FROM_BYTES:
             return None
-        source = _source(dataset, runs)
+        source = _source(dataset, runs, verify, checker)
         if source is None:
             return None
         data = file.read_bytes()
@@ -246,12 +257,13 @@ def score_rendered(suite_path: Path, split: str, *, dataset: Path | None = None,
         return None
     try:
         claims = _Claims(first_ranges(len(pieces.spans), workers))
-        job = _Job(pieces, source, split, want_json, want_markdown, scratch, claims, workers)
+        job = _Job(pieces, source, split, want_json, want_markdown, scratch, claims, workers,
+                   verify)
         shares = _run(job)
         found = None
         if shares is not None and all(share is not None for share in shares):
             found = _stitch(pieces, source.where, split, shares,  # type: ignore[arg-type]
-                            want_json, want_markdown, scratch)
+                            want_json, want_markdown, scratch, verify)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
@@ -281,10 +293,15 @@ def _scratch() -> Path:
     return scratch
 
 
-def _source(dataset: Path | None, runs: Path | None) -> _FromDataset | _FromRuns | None:
+def _source(dataset: Path | None, runs: Path | None, verify: bool, checker: Checker | None
+            ) -> _FromDataset | _FromRuns | None:
     """Where the runs come from, or None when this path does not take them."""
     if runs is not None:
-        return _FromRuns(Path(runs)) if Path(runs).is_dir() else None
+        if not Path(runs).is_dir():
+            return None
+        if verify and checker is None:
+            checker = Checker.for_scoring([Path(runs)])
+        return _FromRuns(Path(runs), checker if verify else None)
     assert dataset is not None
     # pyarrow and numpy: only a dataset needs them.
     from evalkit.eval.kept import KeptSummaries
@@ -292,7 +309,7 @@ def _source(dataset: Path | None, runs: Path | None) -> _FromDataset | _FromRuns
 
     if not stored_summaries_current(dataset):
         return None
-    return _FromDataset(Path(dataset), KeptSummaries(Path(dataset)))
+    return _FromDataset(Path(dataset), KeptSummaries(Path(dataset)), verify)
 
 
 def _arrow_errors() -> tuple[type[Exception], ...]:
@@ -434,7 +451,8 @@ def _slices(placed: list[tuple[dict[str, Path], Placed]], name: str) -> list[Fil
 
 
 def _stitch(pieces: suite_pieces.Pieces, where: str, split: str, shares: list[_Share],
-            want_json: bool, want_markdown: bool, scratch: Path) -> Rendered | None:
+            want_json: bool, want_markdown: bool, scratch: Path, verify: bool
+            ) -> Rendered | None:
     tally = Tally()
     for share in shares:
         tally.add(share.tally)
@@ -450,7 +468,7 @@ def _stitch(pieces: suite_pieces.Pieces, where: str, split: str, shares: list[_S
     for share in shares[1:]:
         merge_halves(totals, share.totals)
     passed = all(share.passed for share in shares)
-    head = report_head(suite.name, split, passed, halves_dict(totals))
+    head = report_head(suite.name, split, passed, halves_dict(totals), verify)
     json = json_parts(head, _slices(placed, "json")) if want_json else None
     markdown = None
     if want_markdown:

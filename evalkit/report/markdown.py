@@ -164,7 +164,8 @@ def render_verdicts(verdicts: list[dict[str, Any]], halves: Any) -> tuple[HalfLi
         if half not in rows:
             continue
         k = v["kpis"]
-        word = "MISSING" if v["missing"] else ("pass" if v["passed"] else "FAIL")
+        word = "MISSING" if v["missing"] else ("pass" if v["passed"] else (
+            "TAMPERED" if "tampered" in (v.get("checks") or ()) else "FAIL"))
         rows[half].append(f"| {_cell(v['key'])} | {v['flag']} | {word} | {_cell(k['outcome'])} | "
                           f"{_cell(k['steps'])} | {_cell(k['tool_calls'])} | {_cell(k['tokens'])} | "
                           f"{_cell(k['grounded'])} |")
@@ -185,6 +186,8 @@ def markdown_parts(report: dict[str, Any], rows: dict[str, list[Part]],
     halves = report["halves"]
     overall = " · ".join(f"{half}: {_rate(h['totals'])}" for half, h in halves.items())
     lines += [f"**Overall** — {overall or 'no missions'} (halves are never blended)", ""]
+    if report.get("verified") is False:
+        lines += ["Recordings were **not checked** against their seals (`--no-verify`).", ""]
     parts: list[Part] = []
     for half, data in halves.items():
         t = data["totals"]

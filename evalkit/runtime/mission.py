@@ -157,10 +157,16 @@ def launch(settings: MissionSettings, *, observer: Observer | None = None,
     from evalkit.runtime.doors import open_door
     from evalkit.store.layout import runs_root
     from evalkit.store.runstore import RunStore
+    from evalkit.store.seal import signer_or_none
 
     env = os.environ if environ is None else environ
     root = runs_root(env)
-    store = RunStore(root, durable=durable) if root is not None else None
+    store = None
+    if root is not None:
+        signer, why_not = signer_or_none(env)
+        if why_not is not None and notice is not None:
+            notice(why_not)
+        store = RunStore(root, durable=durable, signer=signer)
     door = open_door(settings, store)
     try:
         return _launch(door, store, env, observer=observer, notice=notice)
@@ -171,7 +177,9 @@ def launch(settings: MissionSettings, *, observer: Observer | None = None,
 def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer | None,
             notice: Callable[[str], None] | None) -> Launched:
     from evalkit.runtime.backends import make_backend
+    from evalkit.runtime.governance.reach import governed_folders
     from evalkit.runtime.tools import ResultStore, ToolPlane
+    from evalkit.runtime.tools.fsroot import hide
     from evalkit.store.orphans import close_orphans
     from evalkit.store.sink import EventSink
 
@@ -184,6 +192,7 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     if store is not None:
         close_orphans(store, keep=door.keep)  # runs whose process died get their last word
     manifest, approvals = _governance_parts(settings, env, notice)
+    hide(governed_folders(env))  # before any tool exists
     live = None if settings.provider == "replay" else make_backend(
         settings.provider, script=settings.script, model=settings.model,
         base_url=settings.api_base, api_key=settings.api_key, stream=settings.stream,
@@ -219,6 +228,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
                 approval_id=settings.approval, approvals=approvals,
                 audit=AuditLog(where) if where is not None else None,
                 sandbox=sandbox_name, gate_wait=settings.gate_wait, runs_root=root)
+            if governor.approval_problem and notice is not None:
+                notice(f"note: {governor.approval_problem}; its call will be refused")
             if governor.deferred and notice is not None:
                 notice(f"note: {', '.join(governor.deferred)} not offered by the running "
                        "server(s) yet; admitted if registered mid-run")

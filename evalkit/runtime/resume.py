@@ -75,7 +75,7 @@ def open_resume(settings: MissionSettings, store: RunStore | None) -> Door:
         raise EvalkitError("resume continues a recorded run, but recording is off "
                            "(EVALKIT_RUNS=off): point EVALKIT_RUNS at the run store")
     path = resolve_run(settings.resume or "", store.root)
-    writer = RunWriter(path)  # refuses a run another live process is writing
+    writer = RunWriter(path, signer=store.signer)  # refuses a run another live writer holds
     try:
         return _door(settings, writer)
     except BaseException:

@@ -34,6 +34,11 @@ WITHOUT_STREAM = "without_stream"
 #: (a README, a stream of nothing but torn lines), each with the lines ``score --runs``
 #: would skip reading it: what it makes of a mission named by one is an empty stream.
 WITHOUT_RECORDS = "without_records"
+#: The manifest's streams that failed their seal when ingested (events path relative to
+#: the ingested folder -> the verdict's reason), and how many streams got each word
+#: (``evalkit.store.seal``): scoring from the dataset judges them as ``--runs`` does.
+ALTERED = "altered"
+SEALS = "seals"
 DEFAULT_NAME = "dataset.parquet"
 TABLES = ("runs", "events", "model_calls", "tool_calls")
 

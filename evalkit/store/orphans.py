@@ -28,6 +28,7 @@ from evalkit.errors import EvalkitError
 from evalkit.store import layout
 from evalkit.store.reader import read_events_file
 from evalkit.store.runstore import RunStore, RunWriter, lock_held, now_iso
+from evalkit.store.signing import Signer
 
 #: Seconds meta.json must have gone untouched before a lock-free unfinished run is an orphan.
 STALE_AFTER_S = 60.0
@@ -47,17 +48,18 @@ def close_orphans(store: RunStore, *, keep: Iterable[str] = (),
         path = store.root / run_id
         if not _stale(path, clock, stale_after_s) or _meta_says_closed(path) or lock_held(path):
             continue
-        if close_orphan(path):
+        if close_orphan(path, signer=store.signer):
             closed.append(run_id)
     return closed
 
 
-def close_orphan(path: Path) -> bool:
-    """Close one run if it is still unfinished once its lock is ours; True when closed."""
+def close_orphan(path: Path, *, signer: Signer | None = None) -> bool:
+    """Close one run if it is still unfinished once its lock is ours; True when closed
+    (and sealed by ``signer``, when given)."""
     if _finished(path):
         return False  # decided without taking the lock: a closed run is not touched at all
     try:
-        writer = RunWriter(path)
+        writer = RunWriter(path, signer=signer)
     except EvalkitError:
         return False  # alive after all, or unreadable: never guess
     with writer:

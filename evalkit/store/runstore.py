@@ -33,6 +33,7 @@ from evalkit.errors import EvalkitError
 from evalkit.redact import redact_obj
 from evalkit.store import layout
 from evalkit.store.replace import replace_file
+from evalkit.store.signing import Signer, Trust
 from evalkit.store.sink import encode_line
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -53,9 +54,12 @@ class RunStore:
     replays of recordings — never for a mission's own record.
     """
 
-    def __init__(self, root: Path, *, durable: bool = True) -> None:
+    def __init__(self, root: Path, *, durable: bool = True, signer: Signer | None = None
+                 ) -> None:
         self.root = Path(root)
         self.durable = durable
+        #: Seals each run this store's writers close (``evalkit.store.seal``); None: unsigned.
+        self.signer = signer
 
     def create(self, meta: dict[str, Any]) -> RunWriter:
         """A new run: fresh id and directory, its lock taken, meta.json written."""
@@ -73,7 +77,7 @@ class RunStore:
                 continue
             except OSError as exc:
                 raise EvalkitError(f"cannot create run {path}: {exc.strerror or exc}.") from None
-            writer = RunWriter(path, durable=self.durable)
+            writer = RunWriter(path, durable=self.durable, signer=self.signer)
             try:
                 writer._merge_meta(meta)
             except BaseException:
@@ -248,6 +252,22 @@ def _last_number(path: Path, key: str) -> int:
         raise EvalkitError(f"{path} does not end with a readable {key!r} line.") from None
 
 
+def _unseal(run_dir: Path, signer: Signer | None) -> None:
+    """Check a sealed run about to be reopened, then drop its seal (it is open again)."""
+    from evalkit.store.seal import Checker
+
+    manifest = run_dir / layout.MANIFEST_FILE
+    if not manifest.exists():
+        return
+    trust = Trust.local()
+    if signer is not None:
+        trust.add(signer.public_raw, "this run's signer")
+    check, _ = Checker(trust).folder(run_dir)
+    if check.tampered:
+        raise EvalkitError(f"run {run_dir.name} cannot be continued: {check.reason()}.")
+    manifest.unlink()
+
+
 def _take_lock(path: Path, run_id: str) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
@@ -271,17 +291,25 @@ class RunWriter:
     ``RunWriter(path)`` opens an existing run directory: it fails clearly if
     another writer holds the lock, and otherwise continues the numbering
     where the files end. Thread-safe.
+
+    Given a ``signer``, ``close`` seals the run (a signed ``manifest.json``).
+    Reopening a sealed run first checks its seal — a run altered after it was
+    closed is refused, never continued and re-sealed as if whole — and then
+    removes it: the run is open again until its next close.
     """
 
-    def __init__(self, path: Path, *, durable: bool = True) -> None:
+    def __init__(self, path: Path, *, durable: bool = True, signer: Signer | None = None
+                 ) -> None:
         self.path = Path(path)
         self.run_id = self.path.name
         self._durable = durable
+        self._signer = signer
         if not layout.is_run_id(self.run_id) or not self.path.is_dir():
             raise EvalkitError(f"no such run: {self.run_id}")
         self._lock = threading.Lock()
         self._lock_fd: int | None = _take_lock(self.path / layout.LOCK_FILE, self.run_id)
         try:
+            _unseal(self.path, signer)
             self._seq = _last_number(self.path / layout.EVENTS_FILE, "seq")
             self._model_calls = _last_number(self.path / layout.MODEL_FILE, "call")
             self._tool_calls = _last_number(self.path / layout.TOOLS_FILE, "call")
@@ -373,10 +401,22 @@ class RunWriter:
             self._closed = True
             try:
                 self._flusher.close()  # the call logs are on disk before their fds close
+                for file in (self._events, self._model, self._tools):
+                    file.close()
+                if self._signer is not None:
+                    self._seal()
             finally:
                 for file in (self._events, self._model, self._tools):
                     file.close()
                 self._release()
+
+    def _seal(self) -> None:
+        from evalkit.store.seal import seal_run
+
+        try:
+            seal_run(self.path, self._signer, fsync=self._durable)  # type: ignore[arg-type]
+        except OSError as exc:
+            raise EvalkitError(f"cannot seal run {self.run_id}: {exc.strerror or exc}.") from None
 
     def __enter__(self) -> RunWriter:
         return self

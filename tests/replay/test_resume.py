@@ -16,6 +16,8 @@ from evalkit.errors import EvalkitError
 from evalkit.runtime.mission import MissionSettings
 from evalkit.runtime.resume import rebuild
 from evalkit.store.runstore import RunWriter
+from evalkit.store.seal import seal_run
+from evalkit.store.signing import local_signer
 from tests.replay.conftest import STUB, Done, Lab, answer, call, read_jsonl
 
 SLOW_CODE = "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
@@ -93,6 +95,7 @@ def test_a_caveated_answer_is_a_conclusion_too(lab: Lab) -> None:
     last = json.loads(lines[-1])
     last["record"]["outcome"] = "answered_with_caveat"
     events.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    seal_run(done.run_dir, local_signer())  # as if the run had closed so: resume checks seals
     with pytest.raises(EvalkitError, match="ended answered_with_caveat"):
         _resume(lab, done.launched.outcome.run_id, [answer("again")])
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -133,7 +134,8 @@ def _remove_abandoned(out: Path) -> None:
 
 def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
            batch_bytes: int = BATCH_BYTES, workers: int | None = None,
-           derive: Derivation | None = None, gather: Gathering | None = None) -> IngestResult:
+           derive: Derivation | None = None, gather: Gathering | None = None,
+           verify: bool = True) -> IngestResult:
     """Turn every run directory under ``root`` (and events file directly in it) into a
     Parquet dataset folder at ``out``.
 
@@ -143,7 +145,9 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     batches, this one included (default: one per core, for every
     ``RUNS_PER_WORKER`` runs); however many there are, the tables come out as
     one process would write them. ``derive`` adds tables computed from each batch,
-    ``gather`` tables made from other files of the tree.
+    ``gather`` tables made from other files of the tree. Each stream is checked
+    against its seal as the walk finds it (``verify``); the manifest names those
+    altered after they were closed, which scoring from the dataset then refuses.
     """
     started = time.perf_counter()
     root = Path(root)
@@ -164,11 +168,13 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         raise EvalkitError(f"cannot write a dataset at {out}: {exc.strerror or exc}") from None
     try:
         streams = Streams(root)
+        sealed = Sealed(root) if verify else None
         kept: list[str] = []
         runs = walk(root, skip=out, keep=gather.names if gather is not None else frozenset(),
                     kept=kept)
+        runs = streams.note(runs) if sealed is None else sealed.note(streams.note(runs))
         with collector_paused():  # parsed lines form no cycles; its passes were a seventh of the CPU
-            n_runs, n_events, n_bytes = convert_runs(root, streams.note(runs), tmp,
+            n_runs, n_events, n_bytes = convert_runs(root, runs, tmp,
                                                      threads, batch_bytes, workers, derive)
         if not n_runs and earlier:
             raise EvalkitError(f"found no run directory (one holding {EVENTS_FILE}) under {root}; "
@@ -182,6 +188,7 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
                     "tables": {name: f"{name}.parquet" for name in names},
                     ds.WITHOUT_STREAM: without_stream,
                     ds.WITHOUT_RECORDS: without_records,
+                    **(sealed.manifest() if sealed is not None else {}),
                     **(derive.manifest if derive is not None else {}),
                     **(gather.manifest if gather is not None else {})}
         (tmp / ds.MANIFEST).write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
@@ -191,6 +198,38 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         raise
     return IngestResult(out=out, runs=n_runs, events=n_events, bytes=n_bytes,
                         seconds=time.perf_counter() - started, gathered=gathered)
+
+
+class Sealed:
+    """Each stream the walk finds, checked against its seal (``evalkit.store.seal``)."""
+
+    def __init__(self, root: Path) -> None:
+        from evalkit.store.seal import Checker
+
+        self.root = os.fspath(root)
+        self.checker = Checker.for_scoring([root])
+        self.altered: dict[str, str] = {}
+        self.counts: dict[str, int] = {}
+
+    def note(self, runs: Iterator[str]) -> Iterator[str]:
+        from evalkit.store.reader import file_bytes
+
+        for run in runs:
+            path = run if os.path.isfile(run) else os.path.join(run, EVENTS_FILE)
+            try:
+                data = file_bytes(Path(path))
+            except EvalkitError:
+                data = None
+            if data is not None:
+                check = self.checker.stream(Path(path), data)
+                self.counts[check.word] = self.counts.get(check.word, 0) + 1
+                if check.tampered:
+                    rel = as_text(os.path.relpath(path, self.root).replace(os.sep, "/"))
+                    self.altered[rel] = check.reason()
+            yield run
+
+    def manifest(self) -> dict[str, Any]:
+        return {ds.ALTERED: dict(sorted(self.altered.items())), ds.SEALS: self.counts}
 
 
 def _gather(gather: Gathering | None, root: Path, files: list[str], folder: Path

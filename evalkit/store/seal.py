@@ -1,0 +1,511 @@
+"""Seals: a signed manifest of a closed recording, and the check of one.
+
+When a run closes, its writer seals the folder: ``manifest.json`` holds the
+SHA-256 and size of every recorded file, a hash chain over each JSONL file's
+lines, and an Ed25519 signature over all of it (``evalkit.store.signing``).
+The harness seals each mission folder it captured and then the whole output
+folder, whose manifest lists every mission's manifest and stream: one
+signature vouches for thousands of runs, so ``score`` checks a stream by one
+hash against an already-checked list rather than one signature per run.
+
+A check gives one of three words. **verified**: a trusted manifest lists the
+file with these bytes. **unsigned**: no manifest lists it (a foreign stream,
+or a run whose writer was killed before it closed) — still scored.
+**tampered**: a manifest lists it and the bytes differ, a listed file is
+gone, or the manifest itself is altered or signed by a key not trusted here
+— scored as an infrastructure failure, never as the run it claims to be.
+
+Removing every seal leaves an unsigned run, which nothing here can tell from
+a foreign one; ``--require-signed`` (and ``run``/``measure``, which score
+what they have just sealed) count unsigned as tampered.
+
+The chain names the first line that differs: line *i*'s link is the SHA-256
+of link *i-1* and the line's bytes (newline included), kept to 64 bits — the
+whole file's SHA-256 is what proves it whole; the chain only says where.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalkit.errors import EvalkitError
+from evalkit.store import layout
+from evalkit.store.replace import replace_file
+from evalkit.store.signing import Signer, Trust, canonical, signature_problem
+
+FORMAT, VERSION = "evalkit-manifest", 1
+VERIFIED, UNSIGNED, TAMPERED = "verified", "unsigned", "tampered"
+#: The words a check gives, in the order a summary lists them.
+WORDS = (VERIFIED, UNSIGNED, TAMPERED)
+#: The reason a tampered run's verdict carries, before what was found.
+ALTERED = "recording altered after it was closed"
+
+#: Folders of a mission that are not its recording: the agent's working copy, and
+#: approval requests a person decides later (their changes are not tampering).
+NOT_RECORDED = frozenset({"work", "approvals"})
+#: Files a run's readers open: one appearing in a sealed folder after it closed is
+#: an addition, not an unlisted leftover.
+READ_NAMES = frozenset({layout.EVENTS_FILE, layout.META_FILE, layout.MODEL_FILE,
+                        layout.TOOLS_FILE, "command.json"})
+_LINK_HEX = 16
+_ZERO = bytes(32)
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def chain(data: bytes) -> list[str]:
+    """The chain links of ``data``'s lines (a last line without a newline counts)."""
+    links, link = [], _ZERO
+    for line in _lines(data):
+        link = hashlib.sha256(link + line).digest()
+        links.append(link.hex()[:_LINK_HEX])
+    return links
+
+
+def _lines(data: bytes) -> Iterator[bytes]:
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end + 1
+        yield data[start:end]
+        start = end
+
+
+def entry_of(data: bytes, *, chained: bool) -> dict[str, Any]:
+    """What a manifest says of one file's bytes."""
+    entry: dict[str, Any] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    if chained:
+        entry["chain"] = chain(data)
+    return entry
+
+
+def _read(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def write_manifest(folder: Path, files: Mapping[str, dict[str, Any]], signer: Signer, *,
+                   kind: str, fsync: bool = True) -> dict[str, Any]:
+    """Sign and write ``folder/manifest.json`` listing ``files`` (relative POSIX paths)."""
+    body = {"format": FORMAT, "version": VERSION, "kind": kind,
+            "files": dict(sorted(files.items())), "key_id": signer.key_id,
+            "public_key": signer.public}
+    manifest = {**body, "signature": signer.sign(canonical(body))}
+    data = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8") + b"\n"
+    replace_file(folder / layout.MANIFEST_FILE, data, fsync=fsync)
+    return manifest
+
+
+def seal_run(run_dir: Path, signer: Signer, *, fsync: bool = True) -> dict[str, Any]:
+    """Seal a run directory of the store: its stream, meta and call logs."""
+    files = {}
+    for name in (layout.EVENTS_FILE, layout.META_FILE, layout.MODEL_FILE, layout.TOOLS_FILE):
+        path = run_dir / name
+        if path.is_file():
+            files[name] = entry_of(_read(path), chained=name.endswith(".jsonl"))
+    return write_manifest(run_dir, files, signer, kind="run", fsync=fsync)
+
+
+def recorded_files(folder: Path) -> list[str]:
+    """Every file of a mission folder that is part of its recording, relative, sorted:
+    not its working copy or approvals, locks, hidden temporaries, or the manifest."""
+    found = []
+    for top, dirs, names in os.walk(folder):
+        here = Path(top)
+        if here == folder:
+            dirs[:] = [d for d in dirs if d not in NOT_RECORDED]
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in names:
+            if name.startswith(".") or name == layout.LOCK_FILE or (
+                    here == folder and name == layout.MANIFEST_FILE):
+                continue
+            path = here / name
+            if path.is_file() and not path.is_symlink():
+                found.append(path.relative_to(folder).as_posix())
+    return sorted(found)
+
+
+def seal_mission(folder: Path, signer: Signer) -> dict[str, Any]:
+    """Seal a mission folder the harness captured: every recorded file below it."""
+    files = {rel: entry_of(_read(folder / rel), chained=rel.endswith(".jsonl"))
+             for rel in recorded_files(folder)}
+    return write_manifest(folder, files, signer, kind="mission")
+
+
+def seal_folder(folder: Path, missions: Iterable[Path], signer: Signer) -> dict[str, Any]:
+    """Seal an output folder over its sealed missions: each mission's manifest, and the
+    streams it lists, so one signature vouches for every stream a scorer reads."""
+    files: dict[str, dict[str, Any]] = {}
+    for mission in missions:
+        path = mission / layout.MANIFEST_FILE
+        try:
+            data = _read(path)
+        except FileNotFoundError:
+            continue
+        prefix = mission.relative_to(folder).as_posix()
+        files[f"{prefix}/{layout.MANIFEST_FILE}"] = entry_of(data, chained=False)
+        for rel, entry in json.loads(data).get("files", {}).items():
+            if rel.rsplit("/", 1)[-1] == layout.EVENTS_FILE:
+                files[f"{prefix}/{rel}"] = {"sha256": entry["sha256"], "bytes": entry["bytes"]}
+    return write_manifest(folder, files, signer, kind="folder")
+
+
+# -- checking --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a check found for one file or folder."""
+
+    word: str
+    problem: str | None = None
+    #: The folder of the manifest that decided it.
+    by: Path | None = None
+
+    @property
+    def tampered(self) -> bool:
+        return self.word == TAMPERED
+
+    def reason(self) -> str:
+        return f"{ALTERED}: {self.problem}"
+
+
+@dataclass
+class _Manifest:
+    folder: Path
+    data: bytes
+    body: dict[str, Any] | None
+    #: Why it cannot be used (unreadable, not ours, altered, untrusted); None: sound.
+    problem: str | None = None
+    checked: bool = False
+
+    @property
+    def files(self) -> dict[str, Any]:
+        files = (self.body or {}).get("files")
+        return files if isinstance(files, dict) else {}
+
+
+@dataclass
+class Checker:
+    """Checks streams and folders against the seals above them, remembering every manifest
+    it read and judged: ten thousand streams under one sealed folder cost one signature."""
+
+    trust: Trust
+    #: Count an unsigned stream as tampered: for folders known to have been sealed whole
+    #: (``run`` and ``measure`` score what they sealed moments before).
+    require_signed: bool = False
+    _manifests: dict[Path, _Manifest | None] = field(default_factory=dict)
+
+    @classmethod
+    def for_scoring(cls, beside: Iterable[Path] = (), trust_files: Iterable[Path] = (), *,
+                    require_signed: bool = False) -> Checker:
+        """A checker trusting what ``Trust.local`` trusts for recordings under ``beside``."""
+        return cls(Trust.local(extra=trust_files, beside=beside), require_signed)
+
+    # -- one stream, as a scorer reads it --------------------------------------------------
+
+    def altered(self, path: Path, data: bytes) -> str | None:
+        """The reason a scorer gives a stream that fails its seal; None when it may be scored."""
+        check = self.stream(path, data)
+        if check.tampered:
+            return check.reason()
+        if check.word == UNSIGNED and self.require_signed:
+            return (f"{ALTERED}: no seal lists {Path(path).name} in {Path(path).parent.name}, "
+                    "where one was written when it closed")
+        return None
+
+    def stream(self, path: Path, data: bytes) -> Check:
+        """Whether the events file at ``path``, whose bytes are ``data``, is as sealed."""
+        path = Path(os.path.abspath(path))
+        folders = list(path.parents)
+        folders.reverse()  # outermost first: one folder seal answers for all below it
+        digest: str | None = None
+        for folder in folders:
+            found = self._manifest(folder)
+            if found is None:
+                continue
+            rel = path.relative_to(folder).as_posix()
+            entry = found.files.get(rel)
+            if not isinstance(entry, dict):
+                continue
+            problem = self._judge(found)
+            if problem is not None:
+                return Check(TAMPERED, problem, folder)
+            digest = digest or hashlib.sha256(data).hexdigest()
+            if entry.get("sha256") == digest:
+                return Check(VERIFIED, None, folder)
+            return Check(TAMPERED, self._where(path, rel, data), folder)
+        return Check(UNSIGNED)
+
+    def _where(self, path: Path, rel: str, data: bytes) -> str:
+        """Which line of a file that differs from its seal differs (named as ``rel``), from
+        the nearest manifest that keeps a chain for it."""
+        for folder in path.parents:
+            found = self._manifest(folder)
+            if found is None:
+                continue
+            entry = found.files.get(path.relative_to(folder).as_posix())
+            if isinstance(entry, dict) and isinstance(entry.get("chain"), list):
+                return differs(rel, data, entry)
+        return f"{rel} differs from what was recorded"
+
+    # -- a whole folder, as `evalkit verify` reads it -----------------------------------------
+
+    def folder(self, folder: Path) -> tuple[Check, list[str]]:
+        """The check of one sealed folder (every file it lists), and what is wrong in it."""
+        folder = Path(os.path.abspath(folder))
+        found = self._manifest(folder)
+        if found is None:
+            return Check(UNSIGNED), []
+        problem = self._judge(found)
+        if problem is not None:
+            return Check(TAMPERED, problem, folder), [problem]
+        problems = []
+        for rel, entry in found.files.items():
+            target = folder / rel
+            try:
+                data = _read(target)
+            except FileNotFoundError:
+                problems.append(f"{rel} was removed")
+                continue
+            except (IsADirectoryError, OSError) as exc:
+                problems.append(f"{rel} cannot be read: {getattr(exc, 'strerror', None) or exc}")
+                continue
+            if not isinstance(entry, dict) or hashlib.sha256(data).hexdigest() != entry.get(
+                    "sha256"):
+                problems.append(differs(rel, data, entry) if isinstance(entry, dict) and
+                                "chain" in entry else self._where(target, rel, data))
+        kind = (found.body or {}).get("kind")
+        if kind in ("run", "mission"):
+            listed = set(found.files)
+            for name in sorted(READ_NAMES):
+                if name not in listed and (folder / name).is_file():
+                    problems.append(f"{name} was added after the recording was closed")
+        if problems:
+            return Check(TAMPERED, problems[0], folder), problems
+        return Check(VERIFIED, None, folder), []
+
+    def signer_of(self, folder: Path) -> tuple[str | None, str | None]:
+        """(key id, where its trust came from) of the manifest in ``folder``."""
+        found = self._manifest(Path(os.path.abspath(folder)))
+        key = (found.body or {}).get("key_id") if found is not None else None
+        return key, self.trust.where(key)
+
+    # -- manifests ---------------------------------------------------------------------------
+
+    def _manifest(self, folder: Path) -> _Manifest | None:
+        if folder in self._manifests:
+            return self._manifests[folder]
+        found: _Manifest | None = None
+        try:
+            data = _read(folder / layout.MANIFEST_FILE)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+            data = None
+        except OSError:
+            data = None
+        if data is not None:
+            found = _parse(folder, data)
+        self._manifests[folder] = found
+        return found
+
+    def _judge(self, found: _Manifest) -> str | None:
+        """Why a manifest cannot vouch for anything (None: it can), decided once."""
+        if found.checked:
+            return found.problem
+        found.checked = True
+        if found.problem is None:
+            found.problem = self._signature(found)
+        return found.problem
+
+    def _signature(self, found: _Manifest) -> str | None:
+        body = dict(found.body or {})
+        signature = body.pop("signature", None)
+        key = body.get("key_id")
+        problem = self.trust.check(key, canonical(body), signature)
+        if problem is None:
+            return None
+        # Not signed by a key trusted here: still sound if an outer seal vouches for
+        # these very bytes (a mission folder copied with the output folder around it).
+        if self._vouched(found):
+            return None
+        if key in self.trust.keys or not isinstance(body.get("public_key"), str):
+            return f"{layout.MANIFEST_FILE} of {found.folder.name}: {problem}"
+        own = signature_problem(_raw(body.get("public_key")), canonical(body), signature)
+        if own is not None:
+            return f"{layout.MANIFEST_FILE} of {found.folder.name}: {own}"
+        return (f"{layout.MANIFEST_FILE} of {found.folder.name} is signed by key {key}, which "
+                "is not trusted here (give its public key with --trust)")
+
+    def _vouched(self, found: _Manifest) -> bool:
+        digest = hashlib.sha256(found.data).hexdigest()
+        for outer in found.folder.parents:
+            above = self._manifest(outer)
+            if above is None:
+                continue
+            entry = above.files.get(
+                (found.folder / layout.MANIFEST_FILE).relative_to(outer).as_posix())
+            if isinstance(entry, dict) and self._judge(above) is None:
+                return entry.get("sha256") == digest
+        return False
+
+
+def _raw(text: Any) -> bytes:
+    import base64
+
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        return b""
+
+
+def _parse(folder: Path, data: bytes) -> _Manifest | None:
+    """A manifest as read; None when the file is some other program's ``manifest.json``."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        if b'"evalkit-manifest"' in data:  # ours, and damaged
+            return _Manifest(folder, data, None, f"{layout.MANIFEST_FILE} of {folder.name} "
+                                                 "is not a readable manifest")
+        return None
+    if body.get("version") != VERSION:
+        return _Manifest(folder, data, body, f"{layout.MANIFEST_FILE} of {folder.name} has "
+                                             f"version {body.get('version')!r}; this evalkit "
+                                             f"reads {VERSION}")
+    return _Manifest(folder, data, body)
+
+
+def differs(rel: str, data: bytes, entry: Mapping[str, Any]) -> str:
+    """Where ``data`` first departs from the file a manifest entry describes."""
+    links = entry.get("chain")
+    if not isinstance(links, list):
+        return f"{rel} differs from what was recorded"
+    now = chain(data)
+    for i, (was, is_) in enumerate(zip(links, now, strict=False)):
+        if was != is_:
+            return f"{rel} line {i + 1} differs from what was recorded"
+    if len(now) > len(links):
+        extra = len(now) - len(links)
+        noun = "line was" if extra == 1 else "lines were"
+        return f"{rel}: {extra} {noun} appended after line {len(links)}, where it was closed"
+    if len(now) < len(links):
+        return (f"{rel} ends at line {len(now)}; line {len(now) + 1} on "
+                f"({len(links) - len(now)} of {len(links)}) was removed")
+    return f"{rel} differs from what was recorded"
+
+
+def signer_or_none(environ: Mapping[str, str] | None = None) -> tuple[Signer | None, str | None]:
+    """This machine's signer, or None and the sentence why runs will be unsigned."""
+    from evalkit.store.signing import local_signer
+
+    try:
+        return local_signer(environ), None
+    except EvalkitError as exc:
+        return None, f"note: recordings will be unsigned: {exc.message}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One folder ``evalkit verify`` reports: a sealed folder, or a stream no seal lists."""
+
+    path: Path
+    word: str
+    #: What its seal is (run, mission, folder), or None for an unsigned stream.
+    kind: str | None
+    files: int
+    problems: tuple[str, ...] = ()
+    key: str | None = None
+    trusted_by: str | None = None
+
+
+def verify_paths(paths: Iterable[Path], checker: Checker) -> list[Finding]:
+    """Every sealed folder under ``paths`` checked whole, then every stream no seal lists,
+    in path order. A path that is a stream or a run folder is checked with the seals
+    above it too."""
+    findings: list[Finding] = []
+    seen: set[Path] = set()
+    for given in paths:
+        root = Path(os.path.abspath(given))
+        if not root.exists():
+            raise EvalkitError(f"cannot verify {given}: it does not exist")
+        sealed, streams = _walk(root)
+        for folder in sealed:
+            if folder in seen:
+                continue
+            seen.add(folder)
+            check, problems = checker.folder(folder)
+            found = checker._manifest(folder)
+            body = (found.body if found is not None else None) or {}
+            key, by = checker.signer_of(folder)
+            findings.append(Finding(folder, check.word, body.get("kind"), len(found.files)
+                                    if found is not None else 0, tuple(problems), key, by))
+        for stream in streams:
+            if stream in seen:
+                continue
+            seen.add(stream)
+            try:
+                data = _read(stream)
+            except OSError as exc:
+                findings.append(Finding(stream, TAMPERED, None, 1, (
+                    f"{stream.name} cannot be read: {exc.strerror or exc}",)))
+                continue
+            check = checker.stream(stream, data)
+            if check.word == UNSIGNED:
+                findings.append(Finding(stream, UNSIGNED, None, 1))
+            elif check.tampered and not any(f.path == check.by for f in findings):
+                findings.append(Finding(stream, TAMPERED, None, 1, (check.problem or "",)))
+    return sorted(findings, key=lambda f: f.path)
+
+
+def _walk(root: Path) -> tuple[list[Path], list[Path]]:
+    """The folders holding an evalkit manifest, and the events files, under ``root`` (a
+    working copy or approvals folder of a mission is not looked in)."""
+    if root.is_file():
+        return [], [root]
+    sealed, streams = [], []
+    for top, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in NOT_RECORDED and not d.startswith("."))
+        here = Path(top)
+        if layout.MANIFEST_FILE in names:
+            try:
+                ours = _parse(here, _read(here / layout.MANIFEST_FILE)) is not None
+            except OSError:
+                ours = False
+            if ours:
+                sealed.append(here)
+        if layout.EVENTS_FILE in names:
+            streams.append(here / layout.EVENTS_FILE)
+    return sealed, streams
+
+
+def summary(findings: Iterable[Finding]) -> dict[str, int]:
+    """How many folders got each word, every word named."""
+    counts = dict.fromkeys(WORDS, 0)
+    for finding in findings:
+        counts[finding.word] += 1
+    return counts
+
+
+def reseal(root: Path, signer: Signer) -> int:
+    """Sign every seal under ``root`` again with ``signer``, deepest first, each listing the
+    same files as before with their bytes as they are now; returns how many. For a corpus
+    moving to a new key: check it against the old key first, or this launders whatever
+    was altered."""
+    sealed, _ = _walk(Path(os.path.abspath(root)))
+    sealed.sort(key=lambda p: len(p.parts), reverse=True)
+    for folder in sealed:
+        found = _parse(folder, _read(folder / layout.MANIFEST_FILE))
+        body = (found.body if found is not None else None) or {}
+        files = {rel: entry_of(_read(folder / rel), chained=isinstance(entry, dict)
+                               and "chain" in entry)
+                 for rel, entry in (body.get("files") or {}).items()}
+        write_manifest(folder, files, signer, kind=str(body.get("kind") or "folder"))
+    return len(sealed)
