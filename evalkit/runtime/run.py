@@ -524,7 +524,7 @@ class Run:
             gate = self.governor.request(verdict, call.tool, dict(call.arguments), index)
         self._emit({"event": "gate_requested", "index": index, "tool": call.tool,
                     "arguments": dict(call.arguments), "reason": gate.reason,
-                    "approval_id": gate.approval_id})
+                    "approval_id": gate.approval_id, "digest": gate.digest})
         deadline = None if self.bounds.seconds is None else self._t0 + self.bounds.seconds
         decided = self.governor.await_decision(gate, self.control, self.token, deadline)
         if decided is None:

@@ -407,3 +407,106 @@ def test_a_pending_request_whose_run_died_is_abandoned_on_the_way_into_a_mission
     assert done.returncode == 0, done.stderr
     assert "marked abandoned" in done.stderr and orphan["id"] in done.stderr
     assert store.get(orphan["id"])["state"] == "abandoned"
+
+
+# -- forgery: a record rewritten on disk is refused at execution ---------------------------------
+
+
+def _forge(store: ApprovalStore, approval_id: str, **changes: object) -> None:
+    """Rewrite a request's file as an agent with write access to the folder would."""
+    path = store.path_of(approval_id)
+    record = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is _DROP:
+            record.pop(key, None)
+        else:
+            record[key] = value
+    path.write_text(json.dumps(record))
+
+
+_DROP = object()
+
+
+def _listed(store: ApprovalStore) -> dict[str, str]:
+    """``evalkit approvals list --json``: id -> the state shown (invalid when forged)."""
+    done = CliRunner().invoke(approvals_group, ["list", "--json"],
+                              env={"EVALKIT_APPROVALS": str(store.root)})
+    assert done.exit_code == 0, done.output
+    return {r["id"]: ("invalid" if r.get("invalid") else r["state"])
+            for r in json.loads(done.output)}
+
+
+def test_a_gate_carries_the_digest_of_the_call_it_stops(governed: RunGoverned) -> None:
+    from evalkit.runtime.governance.approvals import request_digest
+    from evalkit.store.signing import call_digest
+
+    done = governed([call("fs", **WRITE)], profile="dev", gate_tools=["fs"], servers=0)
+    gate = done.events("gate_requested")[0]
+    assert gate["digest"] == request_digest("fs", WRITE) == call_digest("fs", WRITE)
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", gate["digest"])
+    assert done.approvals.get(gate["approval_id"])["digest"] == gate["digest"]
+
+
+@pytest.mark.parametrize("forgery", ["state", "decider", "arguments", "other key"])
+def test_a_forged_approval_is_refused_at_execution_audited_and_listed_invalid(
+        governed: RunGoverned, tmp_path: Path, forgery: str) -> None:
+    from evalkit.store.signing import Signer
+
+    asked = governed([call("fs", **WRITE)], profile="dev", gate_tools=["fs"], servers=0)
+    approval_id = asked.events("gate_requested")[0]["approval_id"]
+    store = asked.approvals
+    evil = {**WRITE, "content": "what nobody approved"}
+    if forgery == "state":  # pending rewritten to approved, by nobody's decision
+        _forge(store, approval_id, state="approved", decided_by="dana")
+        call_args, said = WRITE, "carries no signed decision"
+    elif forgery == "decider":
+        approve(store, approval_id, decided_by="dana")
+        _forge(store, approval_id, decided_by="the-boss")
+        call_args, said = WRITE, "names another decider"
+    elif forgery == "arguments":  # approved, then the arguments swapped for others
+        approve(store, approval_id, decided_by="dana")
+        _forge(store, approval_id, arguments=evil)
+        call_args, said = evil, "decided for other arguments"
+    else:  # the agent signs its own yes with a key of its own
+        approve(store, approval_id, decided_by="dana", key=Signer.generate())
+        call_args, said = WRITE, "not trusted here"
+    assert _listed(store)[approval_id] == "invalid"
+
+    root = tmp_path / "exec-root"
+    root.mkdir()
+    ran = governed([call("fs", **call_args), answer("done")], profile="dev", gate_tools=["fs"],
+                   servers=0, approval_id=approval_id, root=root)
+    assert not (root / "out.txt").exists()  # the call never ran
+    denied = [r for r in ran.results() if r["tool"] == "fs"]
+    assert denied and not denied[0]["ok"] and said in denied[0]["error"]
+    assert denied[0]["error"].startswith("denied: ")
+    assert [(a["tool"], a["verdict"]) for a in ran.audit][:1] == [("fs", "denied")]
+    assert said in ran.audit[0]["reason"]
+    assert store.get(approval_id)["state"] != "spent"
+
+
+def test_the_decision_command_refuses_a_request_rewritten_before_anyone_decided(
+        tmp_path: Path) -> None:
+    store = ApprovalStore(tmp_path / "ap")
+    record = new_request(store)
+    _forge(store, record["id"], arguments={"asset_id": "asset.0000", "value": 999})
+    assert _listed(store)[record["id"]] == "invalid"
+    with pytest.raises(EvalkitError, match="record was altered"):
+        approve(store, record["id"], decided_by="dana")
+    assert store.get(record["id"])["state"] == "pending"
+
+
+def test_a_decision_is_signed_over_the_digest(tmp_path: Path) -> None:
+    from evalkit.runtime.governance.approvals import decision_problem
+
+    store = ApprovalStore(tmp_path / "ap")
+    record = approve(store, new_request(store)["id"], decided_by="dana", note="fine")
+    decision = record["decision"]
+    assert decision["digest"] == record["digest"] and decision["decided_by"] == "dana"
+    assert decision["verdict"] == "approve" and decision["signature"]
+    assert decision_problem(record) is None
+    assert decision_problem(record, arguments={**SUBMIT, "value": 4}) is not None
+    denied = CliRunner().invoke(approvals_group, ["deny", new_request(store)["id"],
+                                                  "--decided-by", "bob"],
+                                env={"EVALKIT_APPROVALS": str(store.root)})
+    assert denied.exit_code == 0 and "refused by bob" in denied.output

@@ -14,6 +14,13 @@ or anywhere under ``evalkit.runtime``, writes that state — a test reads the
 source to prove it. A ``gate_decision`` that says yes over ``--control`` goes
 from pending straight to spent, signed by the person who sent it.
 
+The file's ``state`` is not what lets a call through: a request carries the
+digest of what was asked (``request_digest``), and a yes is a *decision*
+signed with the state folder's Ed25519 key naming that digest. Before a call
+runs, the runtime checks the signature against the keys it trusts and the
+digest against the call in hand (``decision_problem``); a record rewritten on
+disk — to approved, to another decider, to other arguments — is refused.
+
 Every write happens under an exclusive ``flock`` on the folder's lock file,
 re-reads the record first (so a request is decided once, and spent once,
 whatever races), is redacted, and replaces the file atomically.
@@ -34,8 +41,10 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.redact import redact_obj
 from evalkit.runtime.governance.audit import beside_runs
+from evalkit.store import signing
 from evalkit.store.replace import replace_file
 from evalkit.store.runstore import now_iso
+from evalkit.store.signing import call_digest
 from evalkit.store.sink import json_bytes
 from evalkit.store.state import APPROVALS
 
@@ -71,6 +80,47 @@ def canonical(arguments: Any) -> str:
     """How two calls' arguments are compared: redacted, then canonical JSON."""
     return json.dumps(redact_obj(arguments), sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False)
+
+
+def request_digest(tool: Any, arguments: Any) -> str:
+    """What a request and its decision are bound to: the tool and its arguments as a
+    person is shown them (redacted), digested over RFC 8785 canonical JSON."""
+    return call_digest(tool, redact_obj(arguments))
+
+
+def decision_body(decision: Mapping[str, Any]) -> bytes:
+    """The bytes a decision's signature covers: every field but the signature."""
+    return signing.canonical({k: v for k, v in decision.items() if k != "signature"})
+
+
+def decision_problem(record: Mapping[str, Any], *, tool: Any = None, arguments: Any = None,
+                     trust: signing.Trust | None = None) -> str | None:
+    """Why ``record``'s yes does not cover a call (None: it does).
+
+    The call is ``tool`` with ``arguments`` — by default the record's own, which
+    must then still match the digest it was decided on. The yes must be a decision
+    naming this request and that digest, signed by a trusted key.
+    """
+    approval_id = record.get("id")
+    decision = record.get("decision")
+    if not isinstance(decision, dict):
+        return f"approval {approval_id} carries no signed decision (its file says " \
+               f"{record.get('state')!r}, which no decision signed)"
+    if decision.get("verdict") != "approve" or decision.get("approval_id") != approval_id:
+        return f"approval {approval_id}'s decision is not a yes for this request"
+    wanted = request_digest(record.get("tool") if tool is None else tool,
+                            record.get("arguments") if arguments is None else arguments)
+    if decision.get("digest") != wanted:
+        return (f"approval {approval_id} was decided for other arguments than "
+                f"{'its record now holds' if tool is None else 'this call'}")
+    trust = trust if trust is not None else signing.Trust.local()
+    problem = trust.check(decision.get("key_id"), decision_body(decision),
+                          decision.get("signature"))
+    if problem is not None:
+        return f"approval {approval_id}'s decision is not validly signed: {problem}"
+    if decision.get("decided_by") != record.get("decided_by"):
+        return f"approval {approval_id} names another decider than its signed decision"
+    return None
 
 
 class ApprovalStore:
@@ -161,7 +211,8 @@ class ApprovalStore:
         now = now_iso()
         record = {
             "id": approval_id or new_approval_id(), "state": "pending", "tool": tool,
-            "arguments": dict(arguments), "objective": objective, "run_id": run_id,
+            "arguments": dict(arguments), "digest": request_digest(tool, dict(arguments)),
+            "objective": objective, "run_id": run_id,
             "runs_root": str(Path(runs_root).absolute()) if runs_root is not None else None,
             "index": index, "reason": reason, "created_at": now, "updated_at": now,
             "decided_by": None, "decided_at": None, "note": None,
@@ -206,6 +257,10 @@ class ApprovalStore:
                     record["decided_via"] = via
             elif record.get("state") != "approved":
                 raise EvalkitError(unusable(record))
+            else:
+                problem = decision_problem(record, tool=tool, arguments=arguments)
+                if problem is not None:
+                    raise EvalkitError(problem)
             record.update(state="spent", spent_by=run_id, spent_at=now_iso())
             return record
 

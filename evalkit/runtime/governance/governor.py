@@ -27,7 +27,9 @@ from evalkit.runtime.governance import profiles
 from evalkit.runtime.governance.approvals import (
     ApprovalStore,
     canonical,
+    decision_problem,
     new_approval_id,
+    request_digest,
     unusable,
 )
 from evalkit.runtime.governance.audit import AuditLog, entry
@@ -77,6 +79,8 @@ class Gate:
     scopes: tuple[str, ...]
     #: Whether a durable record was written (False when EVALKIT_APPROVALS is off).
     durable: bool
+    #: What a decision must name to cover this call (``request_digest``).
+    digest: str
 
 
 class Governor:
@@ -105,6 +109,9 @@ class Governor:
             gates.append(admitted)
         self._gated = tuple(gates)
         self._spent = False
+        #: Why the admitted approval's yes cannot be trusted (a forged or altered
+        #: record): its call is then denied with this sentence, recorded and audited.
+        self.approval_problem = decision_problem(self.approval) if self.approval else None
         #: Named tools a running server does not list yet; they join when it does.
         self.deferred: list[str] = []
         self.run_id: str | None = None
@@ -219,6 +226,8 @@ class Governor:
             return Verdict("deny", scopes, profiles.refusal(self.profile, lacking))
         if self._covers(name, arguments):
             assert self.approval is not None
+            if self.approval_problem is not None:
+                return Verdict("deny", scopes, f"denied: {self.approval_problem}")
             return Verdict("allow", scopes, f"approved by {self.approval.get('decided_by')} "
                                             f"({self.approval['id']})",
                            approval_id=self.approval["id"])
@@ -251,7 +260,8 @@ class Governor:
         self._write_audit(name, verdict.scopes, "denied",
                           f"gated: approval {approval_id} requested", None, 0.0, 0, index,
                           approval_id=approval_id)
-        return Gate(approval_id, name, dict(arguments), verdict.reason, verdict.scopes, durable)
+        return Gate(approval_id, name, dict(arguments), verdict.reason, verdict.scopes, durable,
+                    request_digest(name, dict(arguments)))
 
     def await_decision(self, gate: Gate, control: ControlChannel | None, token: CancelToken,
                        deadline: float | None) -> Verdict | None:
@@ -306,6 +316,9 @@ class Governor:
             return None
         state = record.get("state")
         if state == "approved":
+            problem = decision_problem(record, tool=gate.tool, arguments=gate.arguments)
+            if problem is not None:
+                return Verdict("deny", gate.scopes, f"denied: {problem}")
             return Verdict("allow", gate.scopes, f"approved by {record.get('decided_by')} "
                                                  f"({gate.approval_id})",
                            approval_id=gate.approval_id)
