@@ -431,6 +431,8 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     if verify and checker is None:
         checker = Checker.for_scoring(beside(runs_path, mapping or {}))
     checker = checker if verify else None
+    if checker is not None and runs_path is not None and runs_path.is_dir():
+        checker.warm(runs_path)  # before any fork: the workers inherit it
     chosen = engine if engine != "auto" else (
         "duckdb" if DUCKDB_FROM is not None and len(targets) >= DUCKDB_FROM else "python")
     if chosen == "duckdb":

@@ -301,6 +301,8 @@ def _source(dataset: Path | None, runs: Path | None, verify: bool, checker: Chec
             return None
         if verify and checker is None:
             checker = Checker.for_scoring([Path(runs)])
+        if verify and checker is not None:
+            checker.warm(runs)  # the workers inherit the folder's seal, read and judged once
         return _FromRuns(Path(runs), checker if verify else None)
     assert dataset is not None
     # pyarrow and numpy: only a dataset needs them.

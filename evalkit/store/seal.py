@@ -8,6 +8,11 @@ folder, whose manifest lists every mission's manifest and stream: one
 signature vouches for thousands of runs, so ``score`` checks a stream by one
 hash against an already-checked list rather than one signature per run.
 
+The signature covers the manifest file's own bytes, its signature field left
+empty (that field is written last, so the verifier empties it again): no
+canonical form to compute, which at a folder listing ten thousand runs was
+most of a second.
+
 A check gives one of three words. **verified**: a trusted manifest lists the
 file with these bytes. **unsigned**: no manifest lists it (a foreign stream,
 or a run whose writer was killed before it closed) — still scored.
@@ -34,10 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from evalkit.errors import EvalkitError
 from evalkit.store import layout
 from evalkit.store.replace import replace_file
-from evalkit.store.signing import Signer, Trust, canonical, signature_problem
+from evalkit.store.signing import Signer, Trust, signature_problem
 
 FORMAT, VERSION = "evalkit-manifest", 1
 VERIFIED, UNSIGNED, TAMPERED = "verified", "unsigned", "tampered"
@@ -94,11 +101,13 @@ def _read(path: Path) -> bytes:
 def write_manifest(folder: Path, files: Mapping[str, dict[str, Any]], signer: Signer, *,
                    kind: str, fsync: bool = True) -> dict[str, Any]:
     """Sign and write ``folder/manifest.json`` listing ``files`` (relative POSIX paths)."""
-    body = {"format": FORMAT, "version": VERSION, "kind": kind,
-            "files": dict(sorted(files.items())), "key_id": signer.key_id,
-            "public_key": signer.public}
-    manifest = {**body, "signature": signer.sign(canonical(body))}
-    data = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8") + b"\n"
+    manifest = {"format": FORMAT, "version": VERSION, "kind": kind,
+                "files": dict(sorted(files.items())), "key_id": signer.key_id,
+                "public_key": signer.public, "signature": ""}
+    unsigned = json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8") + b"\n"
+    manifest["signature"] = signer.sign(unsigned)
+    at = unsigned.rfind(_SIGNATURE_FIELD) + len(_SIGNATURE_FIELD)
+    data = unsigned[:at] + manifest["signature"].encode("ascii") + unsigned[at:]
     replace_file(folder / layout.MANIFEST_FILE, data, fsync=fsync)
     return manifest
 
@@ -167,7 +176,7 @@ class Check:
     word: str
     problem: str | None = None
     #: The folder of the manifest that decided it.
-    by: Path | None = None
+    by: str | None = None
 
     @property
     def tampered(self) -> bool:
@@ -179,7 +188,7 @@ class Check:
 
 @dataclass
 class _Manifest:
-    folder: Path
+    folder: str
     data: bytes
     body: dict[str, Any] | None
     #: Why it cannot be used (unreadable, not ours, altered, untrusted); None: sound.
@@ -191,17 +200,25 @@ class _Manifest:
         files = (self.body or {}).get("files")
         return files if isinstance(files, dict) else {}
 
+    @property
+    def name(self) -> str:
+        return f"{layout.MANIFEST_FILE} of {os.path.basename(self.folder) or self.folder}"
+
 
 @dataclass
 class Checker:
     """Checks streams and folders against the seals above them, remembering every manifest
-    it read and judged: ten thousand streams under one sealed folder cost one signature."""
+    it read and judged: ten thousand streams under one sealed folder cost one signature.
+    Paths are handled as strings: a scorer asks once per stream."""
 
     trust: Trust
     #: Count an unsigned stream as tampered: for folders known to have been sealed whole
     #: (``run`` and ``measure`` score what they sealed moments before).
     require_signed: bool = False
-    _manifests: dict[Path, _Manifest | None] = field(default_factory=dict)
+    _manifests: dict[str, _Manifest | None] = field(default_factory=dict)
+    #: The folder whose seal answered last, when no folder above it holds one: the
+    #: streams after it are usually below it too, and are looked up there first.
+    _last: tuple[str, _Manifest] | None = None
 
     @classmethod
     def for_scoring(cls, beside: Iterable[Path] = (), trust_files: Iterable[Path] = (), *,
@@ -217,50 +234,66 @@ class Checker:
         if check.tampered:
             return check.reason()
         if check.word == UNSIGNED and self.require_signed:
-            return (f"{ALTERED}: no seal lists {Path(path).name} in {Path(path).parent.name}, "
+            folder, name = os.path.split(os.path.abspath(path))
+            return (f"{ALTERED}: no seal lists {name} in {os.path.basename(folder)}, "
                     "where one was written when it closed")
         return None
 
-    def stream(self, path: Path, data: bytes) -> Check:
+    def warm(self, folder: Path | str) -> None:
+        """Read and judge the seals of ``folder`` and above now (before a fan-out forks,
+        so its workers share them rather than each reading them again)."""
+        text = os.path.abspath(folder)
+        for above in [*_folders_above(text), text]:
+            found = self._manifest(above)
+            if found is not None:
+                self._judge(found)
+
+    def stream(self, path: Path | str, data: bytes) -> Check:
         """Whether the events file at ``path``, whose bytes are ``data``, is as sealed."""
-        path = Path(os.path.abspath(path))
-        folders = list(path.parents)
-        folders.reverse()  # outermost first: one folder seal answers for all below it
-        digest: str | None = None
-        for folder in folders:
+        text = os.path.abspath(path)
+        if self._last is not None and text.startswith(self._last[0] + "/"):
+            folder, found = self._last
+            entry = found.files.get(text[len(folder) + 1:])
+            if isinstance(entry, dict):
+                return self._decide(text, folder, found, entry, data)
+        for folder in _folders_above(text):  # outermost first: one seal answers for all below
             found = self._manifest(folder)
             if found is None:
                 continue
-            rel = path.relative_to(folder).as_posix()
-            entry = found.files.get(rel)
+            entry = found.files.get(_rel(text, folder))
             if not isinstance(entry, dict):
                 continue
-            problem = self._judge(found)
-            if problem is not None:
-                return Check(TAMPERED, problem, folder)
-            digest = digest or hashlib.sha256(data).hexdigest()
-            if entry.get("sha256") == digest:
-                return Check(VERIFIED, None, folder)
-            return Check(TAMPERED, self._where(path, rel, data), folder)
+            if all(self._manifests.get(f) is None for f in _folders_above(folder)):
+                self._last = (folder, found)
+            return self._decide(text, folder, found, entry, data)
         return Check(UNSIGNED)
 
-    def _where(self, path: Path, rel: str, data: bytes) -> str:
+    def _decide(self, path: str, folder: str, found: _Manifest, entry: dict[str, Any],
+                data: bytes) -> Check:
+        problem = self._judge(found)
+        if problem is not None:
+            return Check(TAMPERED, problem, folder)
+        if entry.get("sha256") == hashlib.sha256(data).hexdigest():
+            return Check(VERIFIED, None, folder)
+        return Check(TAMPERED, self._where(path, _rel(path, folder), data), folder)
+
+    def _where(self, path: str, rel: str, data: bytes) -> str:
         """Which line of a file that differs from its seal differs (named as ``rel``), from
         the nearest manifest that keeps a chain for it."""
-        for folder in path.parents:
+        for folder in reversed(_folders_above(path)):
             found = self._manifest(folder)
             if found is None:
                 continue
-            entry = found.files.get(path.relative_to(folder).as_posix())
+            entry = found.files.get(_rel(path, folder))
             if isinstance(entry, dict) and isinstance(entry.get("chain"), list):
                 return differs(rel, data, entry)
         return f"{rel} differs from what was recorded"
 
     # -- a whole folder, as `evalkit verify` reads it -----------------------------------------
 
-    def folder(self, folder: Path) -> tuple[Check, list[str]]:
+    def folder(self, folder: Path | str) -> tuple[Check, list[str]]:
         """The check of one sealed folder (every file it lists), and what is wrong in it."""
-        folder = Path(os.path.abspath(folder))
+        folder = os.path.abspath(folder)
         found = self._manifest(folder)
         if found is None:
             return Check(UNSIGNED), []
@@ -269,45 +302,48 @@ class Checker:
             return Check(TAMPERED, problem, folder), [problem]
         problems = []
         for rel, entry in found.files.items():
-            target = folder / rel
+            target = os.path.join(folder, rel)
             try:
-                data = _read(target)
+                data = _read(Path(target))
             except FileNotFoundError:
                 problems.append(f"{rel} was removed")
                 continue
-            except (IsADirectoryError, OSError) as exc:
-                problems.append(f"{rel} cannot be read: {getattr(exc, 'strerror', None) or exc}")
+            except OSError as exc:
+                problems.append(f"{rel} cannot be read: {exc.strerror or exc}")
                 continue
             if not isinstance(entry, dict) or hashlib.sha256(data).hexdigest() != entry.get(
                     "sha256"):
                 problems.append(differs(rel, data, entry) if isinstance(entry, dict) and
                                 "chain" in entry else self._where(target, rel, data))
-        kind = (found.body or {}).get("kind")
-        if kind in ("run", "mission"):
-            listed = set(found.files)
-            for name in sorted(READ_NAMES):
-                if name not in listed and (folder / name).is_file():
+        if (found.body or {}).get("kind") in ("run", "mission"):
+            for name in sorted(READ_NAMES - set(found.files)):
+                if os.path.isfile(os.path.join(folder, name)):
                     problems.append(f"{name} was added after the recording was closed")
         if problems:
             return Check(TAMPERED, problems[0], folder), problems
         return Check(VERIFIED, None, folder), []
 
-    def signer_of(self, folder: Path) -> tuple[str | None, str | None]:
+    def manifest_of(self, folder: Path | str) -> dict[str, Any] | None:
+        """The body of the evalkit manifest in ``folder``, as read (None: there is none)."""
+        found = self._manifest(os.path.abspath(folder))
+        return None if found is None else (found.body or {})
+
+    def signer_of(self, folder: Path | str) -> tuple[str | None, str | None]:
         """(key id, where its trust came from) of the manifest in ``folder``."""
-        found = self._manifest(Path(os.path.abspath(folder)))
-        key = (found.body or {}).get("key_id") if found is not None else None
+        body = self.manifest_of(folder)
+        key = body.get("key_id") if body is not None else None
         return key, self.trust.where(key)
 
     # -- manifests ---------------------------------------------------------------------------
 
-    def _manifest(self, folder: Path) -> _Manifest | None:
-        if folder in self._manifests:
+    def _manifest(self, folder: str) -> _Manifest | None:
+        try:
             return self._manifests[folder]
+        except KeyError:
+            pass
         found: _Manifest | None = None
         try:
-            data = _read(folder / layout.MANIFEST_FILE)
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
-            data = None
+            data = _read(Path(folder, layout.MANIFEST_FILE))
         except OSError:
             data = None
         if data is not None:
@@ -325,10 +361,12 @@ class Checker:
         return found.problem
 
     def _signature(self, found: _Manifest) -> str | None:
-        body = dict(found.body or {})
-        signature = body.pop("signature", None)
-        key = body.get("key_id")
-        problem = self.trust.check(key, canonical(body), signature)
+        body = found.body or {}
+        key, signature = body.get("key_id"), body.get("signature")
+        payload = unsigned_bytes(found.data)
+        if payload is None:
+            return f"{found.name} carries no signature"
+        problem = self.trust.check(key, payload, signature)
         if problem is None:
             return None
         # Not signed by a key trusted here: still sound if an outer seal vouches for
@@ -336,24 +374,40 @@ class Checker:
         if self._vouched(found):
             return None
         if key in self.trust.keys or not isinstance(body.get("public_key"), str):
-            return f"{layout.MANIFEST_FILE} of {found.folder.name}: {problem}"
-        own = signature_problem(_raw(body.get("public_key")), canonical(body), signature)
+            return f"{found.name}: {problem}"
+        own = signature_problem(_raw(body.get("public_key")), payload, signature)
         if own is not None:
-            return f"{layout.MANIFEST_FILE} of {found.folder.name}: {own}"
-        return (f"{layout.MANIFEST_FILE} of {found.folder.name} is signed by key {key}, which "
-                "is not trusted here (give its public key with --trust)")
+            return f"{found.name}: {own}"
+        return (f"{found.name} is signed by key {key}, which is not trusted here "
+                "(give its public key with --trust)")
 
     def _vouched(self, found: _Manifest) -> bool:
         digest = hashlib.sha256(found.data).hexdigest()
-        for outer in found.folder.parents:
+        mine = os.path.join(found.folder, layout.MANIFEST_FILE)
+        for outer in reversed(_folders_above(mine)[:-1]):
             above = self._manifest(outer)
             if above is None:
                 continue
-            entry = above.files.get(
-                (found.folder / layout.MANIFEST_FILE).relative_to(outer).as_posix())
+            entry = above.files.get(_rel(mine, outer))
             if isinstance(entry, dict) and self._judge(above) is None:
                 return entry.get("sha256") == digest
         return False
+
+
+def _folders_above(path: str) -> list[str]:
+    """Every folder that holds ``path`` (absolute), outermost first."""
+    out = []
+    end = path.rfind("/")
+    while end > 0:
+        out.append(path[:end])
+        end = path.rfind("/", 0, end)
+    out.append("/")
+    out.reverse()
+    return out
+
+
+def _rel(path: str, folder: str) -> str:
+    return path[len(folder):].lstrip("/") if folder != "/" else path[1:]
 
 
 def _raw(text: Any) -> bytes:
@@ -361,25 +415,42 @@ def _raw(text: Any) -> bytes:
 
     try:
         return base64.b64decode(text, validate=True)
-    except ValueError:
+    except (ValueError, TypeError):
         return b""
 
 
-def _parse(folder: Path, data: bytes) -> _Manifest | None:
+#: How a manifest's signature field is written: last, so the signed bytes are the file's
+#: bytes with its value left empty (nothing to canonicalise: the writer's bytes are signed).
+_SIGNATURE_FIELD = b'"signature": "'
+
+
+def unsigned_bytes(data: bytes) -> bytes | None:
+    """The bytes a manifest's signature covers: the file with the signature's value
+    emptied; None when the file has no signature field where the writer puts it."""
+    at = data.rfind(_SIGNATURE_FIELD)
+    if at < 0:
+        return None
+    start = at + len(_SIGNATURE_FIELD)
+    end = data.find(b'"', start)
+    if end < 0:
+        return None
+    return data[:start] + data[end:]
+
+
+def _parse(folder: str, data: bytes) -> _Manifest | None:
     """A manifest as read; None when the file is some other program's ``manifest.json``."""
+    name = f"{layout.MANIFEST_FILE} of {os.path.basename(folder) or folder}"
     try:
-        body = json.loads(data)
-    except ValueError:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
         body = None
     if not isinstance(body, dict) or body.get("format") != FORMAT:
         if b'"evalkit-manifest"' in data:  # ours, and damaged
-            return _Manifest(folder, data, None, f"{layout.MANIFEST_FILE} of {folder.name} "
-                                                 "is not a readable manifest")
+            return _Manifest(folder, data, None, f"{name} is not a readable manifest")
         return None
     if body.get("version") != VERSION:
-        return _Manifest(folder, data, body, f"{layout.MANIFEST_FILE} of {folder.name} has "
-                                             f"version {body.get('version')!r}; this evalkit "
-                                             f"reads {VERSION}")
+        return _Manifest(folder, data, body, f"{name} has version {body.get('version')!r}; "
+                                             f"this evalkit reads {VERSION}")
     return _Manifest(folder, data, body)
 
 
@@ -442,11 +513,12 @@ def verify_paths(paths: Iterable[Path], checker: Checker) -> list[Finding]:
                 continue
             seen.add(folder)
             check, problems = checker.folder(folder)
-            found = checker._manifest(folder)
-            body = (found.body if found is not None else None) or {}
+            body = checker.manifest_of(folder) or {}
+            listed = body.get("files")
             key, by = checker.signer_of(folder)
-            findings.append(Finding(folder, check.word, body.get("kind"), len(found.files)
-                                    if found is not None else 0, tuple(problems), key, by))
+            findings.append(Finding(folder, check.word, body.get("kind"),
+                                    len(listed) if isinstance(listed, dict) else 0,
+                                    tuple(problems), key, by))
         for stream in streams:
             if stream in seen:
                 continue
@@ -460,7 +532,7 @@ def verify_paths(paths: Iterable[Path], checker: Checker) -> list[Finding]:
             check = checker.stream(stream, data)
             if check.word == UNSIGNED:
                 findings.append(Finding(stream, UNSIGNED, None, 1))
-            elif check.tampered and not any(f.path == check.by for f in findings):
+            elif check.tampered and not any(str(f.path) == check.by for f in findings):
                 findings.append(Finding(stream, TAMPERED, None, 1, (check.problem or "",)))
     return sorted(findings, key=lambda f: f.path)
 
@@ -476,7 +548,7 @@ def _walk(root: Path) -> tuple[list[Path], list[Path]]:
         here = Path(top)
         if layout.MANIFEST_FILE in names:
             try:
-                ours = _parse(here, _read(here / layout.MANIFEST_FILE)) is not None
+                ours = _parse(top, _read(here / layout.MANIFEST_FILE)) is not None
             except OSError:
                 ours = False
             if ours:
@@ -502,7 +574,7 @@ def reseal(root: Path, signer: Signer) -> int:
     sealed, _ = _walk(Path(os.path.abspath(root)))
     sealed.sort(key=lambda p: len(p.parts), reverse=True)
     for folder in sealed:
-        found = _parse(folder, _read(folder / layout.MANIFEST_FILE))
+        found = _parse(str(folder), _read(folder / layout.MANIFEST_FILE))
         body = (found.body if found is not None else None) or {}
         files = {rel: entry_of(_read(folder / rel), chained=isinstance(entry, dict)
                                and "chain" in entry)
