@@ -120,6 +120,7 @@ def test_a_grant_rides_mission_started_and_lets_one_scope_through(governed: RunG
     assert done.started["granted"] == ["fs.write", "python.exec"]
     assert [r["ok"] for r in done.results()] == [True, False]
     assert done.audit[0]["granted"] == ["fs.write", "python.exec"]
+    assert done.audit[0]["reason"] == "--grant gives python.exec"
 
 
 @pytest.mark.slow

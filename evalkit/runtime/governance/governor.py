@@ -233,10 +233,16 @@ class Governor:
                 and canonical(arguments) == canonical(self.approval.get("arguments")))
 
     def _holding(self, scopes: Sequence[str]) -> str:
+        """Why an allowed call was allowed: the profile's scopes, and any granted for this run."""
         if not scopes:
             return "needs no scope"
-        return f"profile {self.profile!r} holds {', '.join(scopes)}" if self.profile != "god" \
-            else "profile 'god' holds every scope"
+        if self.profile == "god":
+            return "profile 'god' holds every scope"
+        held = [s for s in scopes if profiles.holds(self.profile, (), s)]
+        granted = [s for s in scopes if s not in held]
+        said = [f"profile {self.profile!r} holds {', '.join(held)}"] if held else []
+        said += [f"--grant gives {', '.join(granted)}"] if granted else []
+        return "; ".join(said)
 
     def request(self, verdict: Verdict, name: str, arguments: Mapping[str, Any],
                 index: int) -> Gate:
