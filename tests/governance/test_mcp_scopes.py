@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from evalkit.contract import PROFILES
-from evalkit.runtime.governance import KNOWN_SCOPES, lowest_profile
+from evalkit.errors import EvalkitError
+from evalkit.runtime.command import mission_command
+from evalkit.runtime.governance import KNOWN_SCOPES, compose, lowest_profile
+from evalkit.runtime.governance.mcpscopes import declarations, parse_flag
+from evalkit.runtime.governance.skills import parse_manifest
 from evalkit.runtime.replay.plane import descriptor_of
 from evalkit.runtime.tools import Declared, ResultStore, ToolPlane
 from evalkit.runtime.tools.mcp_scopes import hints_of, scopes_of
@@ -26,6 +31,10 @@ from tests.governance.conftest import (
     RunGoverned,
     answer,
     call,
+    clean_env,
+    cli,
+    read_jsonl,
+    write_script,
 )
 
 ANNOTATED = shlex.join([sys.executable, str(Path(__file__).with_name("annotated_server.py"))])
@@ -202,3 +211,131 @@ def test_a_declaration_replaces_a_servers_annotations_in_either_direction(
     assert [(a["scopes"], a["scopes_from"], a["declared_by"]) for a in done.audit] == [
         (["mcp.call"], "operator", "--mcp-scopes"), (["mcp.call"], "operator", "--mcp-scopes"),
         (["mcp.write"], "operator", "skill 'notes'")]
+
+
+# -- --mcp-scopes on the command line ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mcp_scopes_on_the_command_line_declares_each_server_by_its_namespace(
+        tmp_path: Path) -> None:
+    script = write_script(tmp_path / "s.json", [call("mcp.peek"), call("notes.wipe"),
+                                                call("notes.peek"), answer("x")])
+    done = cli(tmp_path, "mission", "tidy up", "--script", str(script), "--events", "e.jsonl",
+               "--mcp-stdio", ANNOTATED, "--mcp-stdio", f"notes={ANNOTATED}",
+               "--mcp-scopes", "notes=mcp.call", "--mcp-scopes", "mcp=mcp.write",
+               "--mcp-scopes", "mcp=mcp.destructive")
+    assert done.returncode == 0, done.stderr
+    records = read_jsonl(tmp_path / "e.jsonl")
+    results = [r for r in records if r["event"] == "tool_result"]
+    assert [r["ok"] for r in results] == [False, True, True]
+    assert results[0]["error"] == (
+        "denied under profile 'safe': mcp.write needs --profile dev; mcp.destructive needs "
+        "--profile ops (scopes declared by --mcp-scopes)")
+    audit = read_jsonl(Path(records[0]["audit_ref"]))
+    assert [(a["tool"], a["verdict"], a["scopes"], a["scopes_from"], a["declared_by"])
+            for a in audit] == [
+        ("mcp.peek", "denied", ["mcp.write", "mcp.destructive"], "operator", "--mcp-scopes"),
+        ("notes.wipe", "allowed", ["mcp.call"], "operator", "--mcp-scopes"),
+        ("notes.peek", "allowed", ["mcp.call"], "operator", "--mcp-scopes")]
+    run_dir = Path(records[0]["audit_ref"]).parents[1] / "runs" / records[0]["run_id"]
+    meta = json.loads((run_dir / "meta.json").read_text())["meta"]
+    assert meta["flags"]["mcp_scopes"] == ["notes=mcp.call", "mcp=mcp.write",
+                                           "mcp=mcp.destructive"]
+    catalogue = read_jsonl(run_dir / "tools.jsonl")[0]["catalogue"]
+    assert {t["name"]: t.get("declared_by") for t in catalogue if t["plane"] != "builtin"} == {
+        **{f"mcp.{n}": "--mcp-scopes" for n in NEEDS},
+        **{f"notes.{n}": "--mcp-scopes" for n in NEEDS}}
+
+
+BAD_FLAGS = [
+    (["--mcp-scopes", "mcp=*"], "--mcp-scopes 'mcp=*': * is refused"),
+    (["--mcp-scopes", "*=mcp.call"], "--mcp-scopes '*=mcp.call': * is refused"),
+    (["--mcp-scopes", "mcp=mcp.*"], "--mcp-scopes 'mcp=mcp.*': * is refused"),
+    (["--mcp-scopes", "mcp=root.all"], "--mcp-scopes 'mcp=root.all': no such scope 'root.all'"),
+    (["--mcp-scopes", "mcp"], "--mcp-scopes 'mcp' is not SERVER=SCOPE[,SCOPE]"),
+    (["--mcp-scopes", "=mcp.call"], "--mcp-scopes '=mcp.call' is not SERVER=SCOPE[,SCOPE]"),
+    (["--mcp-scopes", "mcp= , "], "--mcp-scopes 'mcp= , ': names no scope"),
+    (["--mcp-stdio", STUB, "--mcp-scopes", "mcp2=mcp.call"],
+     "--mcp-scopes names MCP server 'mcp2', which is not the namespace of any --mcp-stdio "
+     "server (this run's servers are mcp)"),
+    (["--mcp-scopes", "mcp=mcp.call"],
+     "--mcp-scopes names MCP server 'mcp', which is not the namespace of any --mcp-stdio "
+     "server (this run starts no MCP server)"),
+]
+
+
+@pytest.mark.parametrize(("flags", "said"), BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
+def test_a_bad_mcp_scopes_is_refused_in_one_sentence_before_anything_runs(
+        tmp_path: Path, flags: list[str], said: str) -> None:
+    script = write_script(tmp_path / "s.json", [answer("x")])
+    result = CliRunner().invoke(mission_command, ["x", "--script", str(script),
+                                                  "--events", str(tmp_path / "e.jsonl"), *flags],
+                                env=clean_env(tmp_path))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith(f"Error: {said}"), result.output
+    assert not (tmp_path / "e.jsonl").exists()
+
+
+# -- the skill manifest's mcp_scopes -------------------------------------------------------------
+
+
+def test_a_manifest_declares_servers_scopes_and_refuses_what_the_flag_refuses() -> None:
+    good = parse_manifest("---\nname: notes\nmcp_scopes: {mcp: [mcp.call], mcp2: [mcp.write, "
+                          "mcp.write]}\n---\n")
+    assert good.mcp_scopes == {"mcp": ("mcp.call",), "mcp2": ("mcp.write",)}
+    for block, says in (("[mcp.call]", "must map each MCP server to a list of scopes"),
+                        ("{}", "must map each MCP server to a list of scopes"),
+                        ("{mcp: mcp.call}", "mcp_scopes 'mcp' must be a list of scopes"),
+                        ("{mcp: ['*']}", "mcp_scopes 'mcp': * is refused"),
+                        ("{'*': [mcp.call]}", "mcp_scopes '*': * is refused"),
+                        ("{mcp: [nope]}", "mcp_scopes 'mcp': no such scope 'nope'"),
+                        ("{mcp: []}", "mcp_scopes 'mcp': names no scope")):
+        with pytest.raises(EvalkitError) as caught:
+            parse_manifest(f"---\nname: x\nmcp_scopes: {block}\n---\n")
+        assert says in caught.value.message, (block, caught.value.message)
+
+
+def test_skills_compose_their_declarations_and_the_flag_wins_over_them() -> None:
+    first = parse_manifest("---\nname: one\nmcp_scopes: {mcp: [mcp.call]}\n---\n")
+    second = parse_manifest("---\nname: two\nmcp_scopes: {mcp: [mcp.call], mcp2: [mcp.write]}"
+                            "\n---\n")
+    both = compose([first, second])
+    assert both is not None and both.mcp_scopes == {"mcp": ("mcp.call",), "mcp2": ("mcp.write",)}
+    assert declarations({}, both) == {"mcp": Declared(("mcp.call",), "skill 'one'"),
+                                      "mcp2": Declared(("mcp.write",), "skill 'two'")}
+    assert declarations(parse_flag(["mcp2=mcp.call"]), both)["mcp2"] == Declared(
+        ("mcp.call",), "--mcp-scopes")
+    other = parse_manifest("---\nname: three\nmcp_scopes: {mcp: [mcp.write]}\n---\n")
+    with pytest.raises(EvalkitError, match="skills 'one' and 'three' declare different scopes "
+                                           "for MCP server 'mcp'; declare it once"):
+        compose([first, other])
+
+
+@pytest.mark.slow
+def test_a_skills_declaration_governs_a_mission_and_the_flag_overrides_it(tmp_path: Path) -> None:
+    skill = tmp_path / "SKILL.md"
+    skill.write_text("---\nname: notes\nmcp_scopes: {mcp: [mcp.call]}\n---\nKeep notes.\n")
+    script = write_script(tmp_path / "s.json", [call("mcp.note", text="a"), answer("x")])
+    base = ["mission", "note it", "--script", str(script), "--mcp-stdio", ANNOTATED,
+            "--skill", str(skill)]
+    as_skill = cli(tmp_path, *base, "--events", "skill.jsonl")
+    assert as_skill.returncode == 0, as_skill.stderr
+    records = read_jsonl(tmp_path / "skill.jsonl")
+    assert [r["ok"] for r in records if r["event"] == "tool_result"] == [True]
+    line = read_jsonl(Path(records[0]["audit_ref"]))[0]
+    assert (line["scopes"], line["scopes_from"], line["declared_by"]) == (
+        ["mcp.call"], "operator", "skill 'notes'")
+    overridden = cli(tmp_path, *base, "--mcp-scopes", "mcp=mcp.write", "--events", "flag.jsonl")
+    assert overridden.returncode == 0, overridden.stderr
+    result = next(r for r in read_jsonl(tmp_path / "flag.jsonl") if r["event"] == "tool_result")
+    assert result["error"] == ("denied under profile 'safe': mcp.write needs --profile dev "
+                               "(scopes declared by --mcp-scopes)")
+    stray = tmp_path / "stray.md"
+    stray.write_text("---\nname: stray\nmcp_scopes: {vault: [mcp.call]}\n---\n")
+    refused = cli(tmp_path, "mission", "x", "--script", str(script), "--mcp-stdio", ANNOTATED,
+                  "--skill", str(stray))
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "Error: skill 'stray' names MCP server 'vault', which is not the namespace of any "
+        "--mcp-stdio server (this run's servers are mcp)")
