@@ -139,6 +139,8 @@ CLI_FLAGS: tuple[dict[str, Any], ...] = (
           repeatable=True),
     _flag("--mcp-url", "URL", "an MCP tool server over streamable HTTP, namespaced like --mcp-stdio",
           repeatable=True),
+    _flag("--mcp-scopes", "SERVER=SCOPE[,SCOPE]", "declare the scopes every tool of one MCP "
+          "server (by namespace) needs, over its annotations (never *)", repeatable=True),
     _flag("--skill", "PATH", "a skill manifest (SKILL.md); repeatable, first is primary",
           repeatable=True),
     _flag("--profile", "NAME", "capability profile: safe, dev, research, ops, god",

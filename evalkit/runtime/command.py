@@ -51,6 +51,7 @@ def _opt(flag: str, **kwargs: Any) -> Any:
 @_opt("--protocol", type=click.Choice(["json", "native"]), default="json")
 @_opt("--mcp-stdio", metavar="CMD", multiple=True)
 @_opt("--mcp-url", metavar="URL", multiple=True)
+@_opt("--mcp-scopes", metavar="SERVER=SCOPE[,SCOPE]", multiple=True)
 @_opt("--skill", metavar="PATH", multiple=True)
 @_opt("--profile", metavar="NAME", envvar="EVALKIT_PROFILE")
 @_opt("--grant", metavar="SCOPE", multiple=True)
@@ -120,7 +121,8 @@ def _settings(objective: tuple[str, ...], flags: dict[str, Any]) -> Any:
         objective=" ".join(objective), events=flags["events"], provider=provider,
         model=flags["model"], api_base=flags["api_base"], api_key=flags["api_key"],
         script=flags["script"], stream=not flags["no_stream"], protocol=flags["protocol"],
-        mcp_stdio=tuple(flags["mcp_stdio"]), steps=flags["mission_steps"],
+        mcp_stdio=tuple(flags["mcp_stdio"]), mcp_scopes=tuple(flags["mcp_scopes"]),
+        steps=flags["mission_steps"],
         seconds=flags["mission_seconds"], profile=flags["profile"], sandbox=sandbox,
         skills=tuple(flags["skill"]), grants=tuple(flags["grant"]),
         gate_tools=tuple(flags["gate_tool"]), approval=flags["approval"],

@@ -37,6 +37,8 @@ class MissionSettings:
     stream: bool = True
     protocol: str = "json"
     mcp_stdio: tuple[str, ...] = ()
+    #: ``--mcp-scopes SERVER=SCOPE[,SCOPE]`` values: an operator's word over annotations.
+    mcp_scopes: tuple[str, ...] = ()
     steps: int = 0
     seconds: float | None = None
     profile: str | None = None
@@ -79,6 +81,7 @@ class MissionSettings:
         flags.pop("objective")
         flags["root"] = str(self.root)
         flags["mcp_stdio"] = list(self.mcp_stdio)
+        flags["mcp_scopes"] = list(self.mcp_scopes)
         return flags
 
 
@@ -133,9 +136,11 @@ def check(settings: MissionSettings) -> None:
 
 def _check_governance(settings: MissionSettings) -> None:
     from evalkit.runtime.governance.approvals import is_approval_id
+    from evalkit.runtime.governance.mcpscopes import parse_flag
     from evalkit.runtime.governance.profiles import check_grants
 
     check_grants(settings.grants)
+    parse_flag(settings.mcp_scopes)
     if settings.approval is not None and not is_approval_id(settings.approval):
         raise EvalkitError(f"--approval {settings.approval!r} is not an approval id "
                            "(ap_ and 16 hex digits)")
@@ -205,7 +210,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
         results.put(output)
     plane = door.plane(results) if door.plane is not None else ToolPlane(
         root=settings.root, results=results, builtins=builtins_for(manifest),
-        mcp_stdio=list(settings.mcp_stdio), sandbox=sandbox)
+        mcp_stdio=list(settings.mcp_stdio), sandbox=sandbox,
+        mcp_scopes=_declarations(settings, manifest))
     token = CancelToken()
     sink: EventSink | None = None
     control: ControlChannel | None = None
@@ -307,6 +313,13 @@ def _governance_parts(settings: MissionSettings, env: Mapping[str, str],
         if settings.gate_tools:
             approvals.ensure()  # a gate must be able to write its request: refuse now if not
     return manifest, approvals
+
+
+def _declarations(settings: MissionSettings, manifest: Any) -> Any:
+    """The MCP scope declarations the plane applies: the skills', ``--mcp-scopes`` over them."""
+    from evalkit.runtime.governance.mcpscopes import declarations, parse_flag
+
+    return declarations(parse_flag(settings.mcp_scopes), manifest)
 
 
 def _sandbox(choice: str | None) -> Any:

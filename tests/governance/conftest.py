@@ -5,6 +5,7 @@ the plane started, the governor made at the door against its live
 catalogue, the run store, the audit folder and the approvals folder under
 the test's tmp directory — and returns everything the run left behind.
 ``cli(...)`` runs ``evalkit`` itself as a subprocess in the same folders.
+``mcp=[CMD, ...]`` starts those servers instead of the stub.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 from evalkit.contract import conforms
 from evalkit.runtime import Bounds, CancelToken, Run, RunOutcome, ScriptedBackend
 from evalkit.runtime.governance import ApprovalStore, AuditLog, Governor, Manifest
-from evalkit.runtime.tools import Bwrap, NoSandbox, ResultStore, ToolPlane
+from evalkit.runtime.tools import Bwrap, Declared, NoSandbox, ResultStore, ToolPlane
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
 from tests._agent import (  # noqa: F401 (re-exported)
@@ -82,7 +83,9 @@ def governed(tmp_path: Path) -> RunGoverned:
             protocol: str = "json", control: Any = None,
             observer: Callable[[dict[str, Any]], None] | None = None,
             root: Path | None = None, bounds: Bounds | None = None,
-            audit: bool = True, approvals: bool = True, settle: bool = False) -> Governed:
+            audit: bool = True, approvals: bool = True, settle: bool = False,
+            mcp: Sequence[str] | None = None,
+            mcp_scopes: Mapping[str, Declared] | None = None) -> Governed:
         n = next(counter)
         path = write_script(tmp_path / f"script{n}.json", script)
         work = root or tmp_path / f"root{n}"
@@ -93,8 +96,10 @@ def governed(tmp_path: Path) -> RunGoverned:
         results = ResultStore()
         box = Bwrap() if sandbox == "bwrap" else NoSandbox()
         events = tmp_path / f"events{n}.jsonl"
-        with ToolPlane(root=work, results=results, mcp_stdio=[STUB] * servers,
-                       sandbox=box) as plane, EventSink.open(str(events)) as sink:
+        with ToolPlane(root=work, results=results,
+                       mcp_stdio=[STUB] * servers if mcp is None else list(mcp),
+                       sandbox=box, mcp_scopes=mcp_scopes) as plane, \
+                EventSink.open(str(events)) as sink:
             governor = Governor.at_door(
                 plane.catalogue(), profile=profile, grants=grants, manifest=manifest,
                 gate_tools=gate_tools, approval_id=approval_id, approvals=approval_store,

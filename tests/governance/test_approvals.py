@@ -354,8 +354,9 @@ def test_the_approval_round_trip_across_three_processes(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.json", [call("mcp.list_assets"),
                                                 call("mcp.submit", **SUBMIT),
                                                 answer("submitted: rcpt-0001")])
+    # submit writes: the run may make the call, and the gate makes a person decide it
     mission = ["mission", "submit the value for asset.7f3a", "--script", str(script),
-               "--mcp-stdio", STUB, "--gate-tool", "mcp.submit"]
+               "--mcp-stdio", STUB, "--gate-tool", "mcp.submit", "--grant", "mcp.write"]
     # 1. the request
     asked = cli(tmp_path, *mission, "--events", "asked.jsonl")
     assert asked.returncode == 0, asked.stderr

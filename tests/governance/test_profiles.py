@@ -15,9 +15,9 @@ from tests.governance.conftest import RunGoverned, answer, call, clean_env, cli,
 
 # The spec's table, written out independently of the module under test.
 SAFE = {"fs.read", "git.read", "verify.run", "mcp.call", "memory.read"}
-DEV = SAFE | {"fs.write", "git.write", "python.exec", "shell.exec", "memory.write"}
+DEV = SAFE | {"fs.write", "git.write", "python.exec", "shell.exec", "memory.write", "mcp.write"}
 RESEARCH = DEV | {"http.read"}
-OPS = RESEARCH | {"git.push", "pip.install", "fs.delete"}
+OPS = RESEARCH | {"git.push", "pip.install", "fs.delete", "mcp.destructive"}
 HELD = {"safe": SAFE, "dev": DEV, "research": RESEARCH, "ops": OPS}
 LOWEST = {**{s: "safe" for s in SAFE}, **{s: "dev" for s in DEV - SAFE},
           **{s: "research" for s in RESEARCH - DEV}, **{s: "ops" for s in OPS - RESEARCH}}
@@ -120,6 +120,7 @@ def test_a_grant_rides_mission_started_and_lets_one_scope_through(governed: RunG
     assert done.started["granted"] == ["fs.write", "python.exec"]
     assert [r["ok"] for r in done.results()] == [True, False]
     assert done.audit[0]["granted"] == ["fs.write", "python.exec"]
+    assert done.audit[0]["reason"] == "--grant gives python.exec"
 
 
 @pytest.mark.slow

@@ -174,7 +174,7 @@ def test_a_tool_a_running_server_registers_mid_run_is_admitted_when_it_appears(
     manifest = parse_manifest("---\nname: vault\nallowed_tools: [mcp.unlock, mcp.vault_read, "
                               "mcp.never_registered]\n---\n")
     done = governed([call("mcp.unlock", name="vault_read"), call("mcp.vault_read", key="beta"),
-                     answer("0193-BETA")], manifest=manifest)
+                     answer("0193-BETA")], manifest=manifest, grants=["mcp.write"])
     assert done.governor.deferred == ["mcp.vault_read", "mcp.never_registered"]
     assert done.started["catalogue"] == ["mcp.unlock"]
     assert done.events("step_started")[1]["catalogue"] == ["mcp.unlock", "mcp.vault_read"]

@@ -75,7 +75,7 @@ def mission(tmp_path: Path) -> RunMission:
     def run(script: list[Any] | ModelBackend, *, objective: str = "do the thing",
             protocol: str = "json", bounds: Bounds | None = None, mcp: bool = True,
             record: bool = True, root: Path | None = None,
-            cancel_token: CancelToken | None = None) -> Mission:
+            cancel_token: CancelToken | None = None, profile: str | None = None) -> Mission:
         n = next(counter)
         if isinstance(script, list):
             path = tmp_path / f"script{n}.yaml"
@@ -91,7 +91,7 @@ def mission(tmp_path: Path) -> RunMission:
         with ToolPlane(root=work, results=results, mcp_stdio=[STUB] if mcp else [],
                        sandbox=NoSandbox()) as plane, EventSink.open(str(events)) as sink:
             outcome = Run(model, plane, bounds=bounds, store=store, sink=sink,
-                          protocol=protocol, results=results,
+                          protocol=protocol, results=results, profile=profile,
                           cancel_token=cancel_token).run(objective)
         run_dir = store.path_of(outcome.run_id) if store and outcome.run_id else None
         done = Mission(outcome, read_jsonl(events), run_dir)

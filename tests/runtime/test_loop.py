@@ -113,10 +113,10 @@ def test_native_protocol_dispatches_two_calls_in_one_turn(mission: RunMission) -
 
 def test_a_tool_registered_mid_run_is_noticed_at_the_next_step(mission: RunMission) -> None:
     done = mission([
-        call("mcp.unlock", name="vault_read"),
+        call("mcp.unlock", name="vault_read"),  # changes the server's tool list: dev
         call("mcp.vault_read", key="alpha"),
         answer("read it"),
-    ])
+    ], profile="dev")
     steps = done.events("step_started")
     assert "catalogue" not in steps[0]
     assert "mcp.vault_read" in steps[1]["catalogue"]

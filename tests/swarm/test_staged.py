@@ -146,7 +146,7 @@ def test_a_gated_tool_in_a_step_ends_the_run_awaiting_approval(lab: Lab) -> None
     submit = plan(("s1", "read the final shipments table", 1), ("s2", "file the total", 2))
     done = lab.mission([route("plan"), submit, *S1,
                         call("mcp.submit", asset_id="asset.7f3a", value=12481)],
-                       "--gate-tool", "mcp.submit")
+                       "--gate-tool", "mcp.submit", "--grant", "mcp.write")
     gate = done.events("gate_requested")[0]
     assert gate["branch"] == "s2" and gate["tool"] == "mcp.submit"
     assert done.records[-1]["outcome"] == "awaiting_approval"

@@ -14,6 +14,13 @@ Results carry both a text block and ``structuredContent``; failures are
 ``isError`` results naming the problem, never protocol errors. Schemas are
 written out by hand so the catalogue a suite sees never drifts with a
 library version.
+
+Every tool carries honest annotations, because they decide the scopes a
+client asks of a run: a tool that only looks is ``readOnlyHint: true``; the
+two that change the server's state (``submit`` keeps a receipt, ``unlock``
+changes the tool list) are not, and say they only add. Every tool says
+``openWorldHint: false``: all the stub serves is its own fixed data (even
+``remote_shell``, whose "remote host" is a table of canned answers).
 """
 
 from __future__ import annotations
@@ -44,39 +51,52 @@ def _params(properties: dict[str, Any], required: list[str] | None = None) -> di
 
 
 _NUMBER = {"type": "number"}
+
+#: Looks and changes nothing: the answer depends only on the arguments and the fixed data
+#: (``sleep`` only waits, ``fail`` only refuses, ``remote_shell`` only looks a command up).
+_READS = types.ToolAnnotations(read_only_hint=True, open_world_hint=False)
+#: ``submit``: every call files one more receipt, never touching an earlier one.
+_FILES = types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                               idempotent_hint=False, open_world_hint=False)
+#: ``unlock``: adds a tool to the list; unlocking it again changes nothing more.
+_UNLOCKS = types.ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                 idempotent_hint=True, open_world_hint=False)
 _ASSET_ID = {"type": "string", "description": "an asset id such as asset.7f3a"}
 
 TOOLS: dict[str, types.Tool] = {t.name: t for t in (
     types.Tool(name="echo", description="Return the text unchanged.",
-               input_schema=_params({"text": {"type": "string"}})),
+               input_schema=_params({"text": {"type": "string"}}), annotations=_READS),
     types.Tool(name="add", description="Add two numbers.",
-               input_schema=_params({"a": _NUMBER, "b": _NUMBER})),
+               input_schema=_params({"a": _NUMBER, "b": _NUMBER}), annotations=_READS),
     types.Tool(name="multiply", description="Multiply two numbers.",
-               input_schema=_params({"a": _NUMBER, "b": _NUMBER})),
+               input_schema=_params({"a": _NUMBER, "b": _NUMBER}), annotations=_READS),
     types.Tool(name="fail", description="Always fails, with the reason given.",
-               input_schema=_params({"reason": {"type": "string"}})),
+               input_schema=_params({"reason": {"type": "string"}}), annotations=_READS),
     types.Tool(name="list_assets", description="List the asset catalogue: id, title and kind.",
-               input_schema=_params({})),
+               input_schema=_params({}), annotations=_READS),
     types.Tool(name="read_asset", description="Read one asset whole, by id.",
-               input_schema=_params({"asset_id": _ASSET_ID})),
+               input_schema=_params({"asset_id": _ASSET_ID}), annotations=_READS),
     types.Tool(name="list_runs", description="List the recorded runs this host keeps.",
-               input_schema=_params({})),
+               input_schema=_params({}), annotations=_READS),
     types.Tool(name="view_run", description="View one recorded run: objective, outcome, events.",
                input_schema=_params({"run_id": {"type": "string",
-                                                "description": "a run id such as run.a1b2c3"}})),
+                                                "description": "a run id such as run.a1b2c3"}}),
+               annotations=_READS),
     types.Tool(name="submit", description="Submit a value for an asset; returns a receipt id.",
                input_schema=_params({"asset_id": _ASSET_ID,
-                                     "value": {"type": ["string", "number"]}})),
+                                     "value": {"type": ["string", "number"]}}),
+               annotations=_FILES),
     types.Tool(name="sleep", description=f"Wait some seconds (at most {MAX_SLEEP_S:g}), then answer.",
                input_schema=_params({"seconds": {"type": "number", "minimum": 0,
-                                                 "maximum": MAX_SLEEP_S}})),
+                                                 "maximum": MAX_SLEEP_S}}),
+               annotations=_READS),
     types.Tool(name="remote_shell",
                description="Run a command on the remote stub host. Only a few commands are "
                            "allowed: " + ", ".join(repr(c) for c in REMOTE_SHELL) + ".",
-               input_schema=_params({"command": {"type": "string"}})),
+               input_schema=_params({"command": {"type": "string"}}), annotations=_READS),
     types.Tool(name="unlock", description="Unlock a locked tool by name; it appears in the tool "
                                           "list from then on. Lockable: vault_read.",
-               input_schema=_params({"name": {"type": "string"}})),
+               input_schema=_params({"name": {"type": "string"}}), annotations=_UNLOCKS),
 )}
 
 #: Tools that exist only after ``unlock(name)``.
@@ -85,6 +105,7 @@ LOCKED: dict[str, types.Tool] = {
         name="vault_read",
         description="Read a sealed vault entry by key (alpha, beta or gamma).",
         input_schema=_params({"key": {"type": "string"}}),
+        annotations=_READS,
     ),
 }
 

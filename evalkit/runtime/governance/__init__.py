@@ -2,6 +2,7 @@
 
 - ``profiles`` — the five capability profiles as scope sets, grants, refusals.
 - ``skills`` — ``SKILL.md`` manifests: ``load_manifest``, ``compose``, the closed set.
+- ``mcpscopes`` — an operator's declared MCP server scopes (``--mcp-scopes``, ``mcp_scopes:``).
 - ``approvals`` — durable approval requests (``ApprovalStore``).
 - ``audit`` — the per-run JSONL audit log (``AuditLog``).
 - ``governor`` — ``Governor``: judges and carries out every call of one run.

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,7 @@ from evalkit.runtime.governance.skills import (
     live_namespaces,
     resolve_names,
 )
+from evalkit.runtime.tools.mcp_scopes import FROM_ANNOTATIONS, FROM_DEFAULT, FROM_OPERATOR
 
 if TYPE_CHECKING:
     from evalkit.runtime.cancel import CancelToken
@@ -62,6 +63,8 @@ class Verdict:
     #: On allow over --control: who said yes (the request goes pending -> spent).
     decided_by: str | None = None
     note: str | None = None
+    #: Where ``scopes`` came from, for an MCP tool (``ToolDescriptor.scope_origin``).
+    origin: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def gated(self) -> bool:
@@ -81,6 +84,7 @@ class Gate:
     durable: bool
     #: What a decision must name to cover this call (``request_digest``).
     digest: str
+    origin: Mapping[str, str] = field(default_factory=dict)
 
 
 class Governor:
@@ -216,25 +220,27 @@ class Governor:
               arguments: Mapping[str, Any]) -> Verdict:
         """Allow, deny or gate one call (nothing is run here)."""
         scopes = descriptor.scopes_for(arguments) if descriptor is not None else ()
+        origin = descriptor.scope_origin() if descriptor is not None else {}
         admitted = self.approval["tool"] if self.approval else None
         if self.closed is not None and name not in self.closed and name != admitted:
             skills = ", ".join(self.manifest.names) if self.manifest else "the skill"
             return Verdict("deny", scopes, f"denied: {name} is outside the closed tool set of "
-                                           f"skill {skills}")
+                                           f"skill {skills}", origin=origin)
         lacking = profiles.missing(self.profile, self.grants, scopes)
         if lacking:
-            return Verdict("deny", scopes, profiles.refusal(self.profile, lacking))
+            return Verdict("deny", scopes, profiles.refusal(self.profile, lacking)
+                           + _because(name, origin), origin=origin)
         if self._covers(name, arguments):
             assert self.approval is not None
             if self.approval_problem is not None:
                 return Verdict("deny", scopes, f"denied: {self.approval_problem}")
             return Verdict("allow", scopes, f"approved by {self.approval.get('decided_by')} "
                                             f"({self.approval['id']})",
-                           approval_id=self.approval["id"])
+                           approval_id=self.approval["id"], origin=origin)
         if name in self._gated:
             return Verdict("gate", scopes, f"{name} is gated (--gate-tool): a person must "
-                                           "approve this call before it runs")
-        return Verdict("allow", scopes, self._holding(scopes))
+                                           "approve this call before it runs", origin=origin)
+        return Verdict("allow", scopes, self._holding(scopes), origin=origin)
 
     def _covers(self, name: str, arguments: Mapping[str, Any]) -> bool:
         return (self.approval is not None and not self._spent
@@ -242,10 +248,16 @@ class Governor:
                 and canonical(arguments) == canonical(self.approval.get("arguments")))
 
     def _holding(self, scopes: Sequence[str]) -> str:
+        """Why an allowed call was allowed: the profile's scopes, and any granted for this run."""
         if not scopes:
             return "needs no scope"
-        return f"profile {self.profile!r} holds {', '.join(scopes)}" if self.profile != "god" \
-            else "profile 'god' holds every scope"
+        if self.profile == "god":
+            return "profile 'god' holds every scope"
+        held = [s for s in scopes if profiles.holds(self.profile, (), s)]
+        granted = [s for s in scopes if s not in held]
+        said = [f"profile {self.profile!r} holds {', '.join(held)}"] if held else []
+        said += [f"--grant gives {', '.join(granted)}"] if granted else []
+        return "; ".join(said)
 
     def request(self, verdict: Verdict, name: str, arguments: Mapping[str, Any],
                 index: int) -> Gate:
@@ -259,9 +271,9 @@ class Governor:
                 approval_id=approval_id)["id"]
         self._write_audit(name, verdict.scopes, "denied",
                           f"gated: approval {approval_id} requested", None, 0.0, 0, index,
-                          approval_id=approval_id)
+                          approval_id=approval_id, origin=verdict.origin)
         return Gate(approval_id, name, dict(arguments), verdict.reason, verdict.scopes, durable,
-                    request_digest(name, dict(arguments)))
+                    request_digest(name, dict(arguments)), origin=verdict.origin)
 
     def await_decision(self, gate: Gate, control: ControlChannel | None, token: CancelToken,
                        deadline: float | None) -> Verdict | None:
@@ -297,7 +309,8 @@ class Governor:
             return Verdict("allow", gate.scopes, f"approved by {decision.decided_by} over "
                                                  f"--control ({gate.approval_id})",
                            approval_id=gate.approval_id if gate.durable else None,
-                           decided_by=decision.decided_by, note=decision.note)
+                           decided_by=decision.decided_by, note=decision.note,
+                           origin=gate.origin)
         if gate.durable and self.approvals is not None:
             try:
                 self.approvals.refuse(gate.approval_id, decided_by=decision.decided_by,
@@ -306,7 +319,8 @@ class Governor:
                 pass  # decided elsewhere meanwhile: the no still stands for this call
         note = f": {decision.note}" if decision.note else ""
         return Verdict("deny", gate.scopes, f"denied: {decision.decided_by} refused this call "
-                                            f"to {gate.tool} ({gate.approval_id}){note}")
+                                            f"to {gate.tool} ({gate.approval_id}){note}",
+                       origin=gate.origin)
 
     def _decided_on_file(self, gate: Gate) -> Verdict | None:
         assert self.approvals is not None
@@ -321,12 +335,12 @@ class Governor:
                 return Verdict("deny", gate.scopes, f"denied: {problem}")
             return Verdict("allow", gate.scopes, f"approved by {record.get('decided_by')} "
                                                  f"({gate.approval_id})",
-                           approval_id=gate.approval_id)
+                           approval_id=gate.approval_id, origin=gate.origin)
         if state == "refused":
             note = f": {record['note']}" if record.get("note") else ""
             return Verdict("deny", gate.scopes, f"denied: {record.get('decided_by')} refused "
                                                 f"this call to {gate.tool} "
-                                                f"({gate.approval_id}){note}")
+                                                f"({gate.approval_id}){note}", origin=gate.origin)
         return None
 
     def carry_out(self, plane: Any, name: str, arguments: dict[str, Any], verdict: Verdict,
@@ -335,7 +349,8 @@ class Governor:
         from evalkit.runtime.tools import ToolResult
 
         if verdict.kind != "allow":
-            self._write_audit(name, verdict.scopes, "denied", verdict.reason, None, 0.0, 0, index)
+            self._write_audit(name, verdict.scopes, "denied", verdict.reason, None, 0.0, 0, index,
+                              origin=verdict.origin)
             return ToolResult.failure(verdict.reason, None)
         if verdict.approval_id is not None and self.approvals is not None:
             try:
@@ -346,7 +361,7 @@ class Governor:
             except EvalkitError as exc:
                 reason = f"denied: {exc.message}"
                 self._write_audit(name, verdict.scopes, "denied", reason, None, 0.0, 0, index,
-                                  approval_id=verdict.approval_id)
+                                  approval_id=verdict.approval_id, origin=verdict.origin)
                 return ToolResult.failure(reason, None)
             if self.approval is not None and verdict.approval_id == self.approval["id"]:
                 self._spent = True
@@ -360,15 +375,28 @@ class Governor:
         self._write_audit(name, verdict.scopes, "allowed" if ran else "error",
                           verdict.reason if ran else (result.error or "the dispatch failed"),
                           result.exit_code, took, size, index,
-                          approval_id=verdict.approval_id)
+                          approval_id=verdict.approval_id, origin=verdict.origin)
         return result
 
     def _write_audit(self, tool: str, scopes: Sequence[str], verdict: str, reason: str | None,
                      exit_code: int | None, duration_s: float, bytes_out: int, index: int,
-                     approval_id: str | None = None) -> None:
+                     approval_id: str | None = None,
+                     origin: Mapping[str, str] | None = None) -> None:
         if self.audit is None:
             return
         self.audit.write(entry(tool=tool, scopes=scopes, profile=self.profile, verdict=verdict,
                                reason=reason, exit_code=exit_code, duration_s=duration_s,
                                bytes_out=bytes_out, run_id=self.run_id, index=index,
-                               granted=self.granted, approval_id=approval_id))
+                               **(origin or {}), granted=self.granted, approval_id=approval_id))
+
+
+def _because(name: str, origin: Mapping[str, str]) -> str:
+    """Why an MCP tool needs what it needs, so an operator knows whose word to change."""
+    source = origin.get("scopes_from")
+    if source == FROM_OPERATOR:
+        return f" (scopes declared by {origin.get('declared_by')})"
+    if source == FROM_ANNOTATIONS:
+        return f" (scopes from {name}'s annotations)"
+    if source == FROM_DEFAULT:
+        return f" ({name} carries no annotations, so it is treated as writing)"
+    return ""

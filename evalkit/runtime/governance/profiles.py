@@ -16,10 +16,12 @@ from evalkit.errors import EvalkitError
 
 DEFAULT_PROFILE = "safe"
 
+# An MCP tool needs mcp.call when its server calls it read-only, mcp.write when it
+# changes something, mcp.destructive too when it may destroy (tools/mcp_scopes.py).
 _SAFE = ("fs.read", "git.read", "verify.run", "mcp.call", "memory.read")
-_DEV = ("fs.write", "git.write", "python.exec", "shell.exec", "memory.write")
+_DEV = ("fs.write", "git.write", "python.exec", "shell.exec", "memory.write", "mcp.write")
 _RESEARCH = ("http.read",)
-_OPS = ("git.push", "pip.install", "fs.delete")
+_OPS = ("git.push", "pip.install", "fs.delete", "mcp.destructive")
 
 #: Scopes each profile adds to the one before it (``god`` adds "everything").
 ADDS: dict[str, tuple[str, ...]] = {

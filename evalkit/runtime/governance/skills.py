@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.runtime.governance.mcpscopes import check_manifest_block, merge_manifests
 from evalkit.runtime.governance.profiles import CODE_SCOPES
 
 MANIFEST_FILE = "SKILL.md"
@@ -31,7 +32,7 @@ MANIFEST_FILE = "SKILL.md"
 #: accepted (and not interpreted) so manifests written in the common SKILL.md
 #: shape load; everything else is refused.
 KEYS: tuple[str, ...] = ("name", "description", "allowed_tools", "sandbox", "grounding",
-                         "license", "metadata")
+                         "mcp_scopes", "license", "metadata")
 
 #: The grounding grammar's keys (validated in depth by the grounding checker).
 GROUNDING_KEYS: tuple[str, ...] = ("identifier_pattern", "number_pattern", "ignore",
@@ -57,6 +58,8 @@ class Manifest:
     grounding: Mapping[str, Any] | None = None
     #: The Markdown body: the skill's prompt text.
     body: str = ""
+    #: Scopes declared for every tool of an MCP server, by server (see ``mcpscopes``).
+    mcp_scopes: Mapping[str, tuple[str, ...]] | None = None
     path: Path | None = None
     license: str | None = None
     metadata: Mapping[str, Any] | None = None
@@ -149,9 +152,12 @@ def _build(data: dict[Any, Any], body: str, path: Path | None) -> Manifest:
     grounding = data.get("grounding")
     if grounding is not None:
         grounding = check_grounding(grounding, where)
+    mcp_scopes = data.get("mcp_scopes")
+    if mcp_scopes is not None:
+        mcp_scopes = check_manifest_block(mcp_scopes, where)
     return Manifest(name=name.strip(), description=description, allowed_tools=tools,
                     sandbox=sandbox, grounding=grounding, body=body, path=path,
-                    license=license_, metadata=metadata)
+                    license=license_, metadata=metadata, mcp_scopes=mcp_scopes)
 
 
 def check_grounding(block: Any, where: str = "skill manifest") -> dict[str, Any]:
@@ -185,7 +191,8 @@ def compose(manifests: Sequence[Manifest]) -> Manifest | None:
     Only manifests that close the set contribute to the union; a manifest
     without ``allowed_tools`` never reopens a set another one closed. The
     sandbox is ``bwrap`` when any part asks for it; the grounding grammar is
-    the first one declared, primary first.
+    the first one declared, primary first. MCP scope declarations are unioned
+    by server; two skills declaring one server differently are refused.
     """
     parts = [p for m in manifests for p in m.parts]
     if not parts:
@@ -206,7 +213,8 @@ def compose(manifests: Sequence[Manifest]) -> Manifest | None:
     primary = parts[0]
     return Manifest(name=primary.name, description=primary.description, allowed_tools=tools,
                     sandbox=sandbox, grounding=grounding, body=primary.body, path=primary.path,
-                    license=primary.license, metadata=primary.metadata, sources=tuple(parts))
+                    license=primary.license, metadata=primary.metadata,
+                    mcp_scopes=merge_manifests(parts), sources=tuple(parts))
 
 
 def load_all(paths: Iterable[str | Path]) -> Manifest | None:

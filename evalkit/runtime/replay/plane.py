@@ -19,6 +19,7 @@ from typing import Any
 
 from evalkit.redact import redact_obj
 from evalkit.runtime.tools import ResultStore, ToolDescriptor, ToolResult
+from evalkit.runtime.tools.mcp_scopes import hints_of
 
 #: The word every refusal of an unrecorded call starts with.
 NOT_IN_RECORDING = "not_in_recording"
@@ -38,7 +39,13 @@ def descriptor_of(tool: dict[str, Any]) -> ToolDescriptor:
         parameters=dict(tool.get("parameters") or {}), scopes=tuple(tool.get("scopes") or ()),
         plane=str(tool.get("plane") or "builtin"), code=bool(tool.get("code")),
         action_scopes={k: tuple(v) for k, v in (tool.get("action_scopes") or {}).items()},
-        network=bool(tool.get("network")))
+        network=bool(tool.get("network")),
+        scopes_from=_text(tool.get("scopes_from")), declared_by=_text(tool.get("declared_by")),
+        annotations=hints_of(tool.get("annotations")))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 class _Named:

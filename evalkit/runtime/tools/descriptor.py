@@ -33,6 +33,13 @@ class ToolDescriptor:
     ``fs.write``). Governance asks ``scopes_for(arguments)`` per call.
     ``code`` marks a shell or interpreter on this host; ``network`` marks a
     tool that needs the network (``fetch_page``), so the sandbox policy can allow it.
+
+    An MCP tool's scopes are decided, not fixed (``mcp_scopes``), so it also
+    says how: ``scopes_from`` (``annotations``, ``default`` or ``operator``),
+    ``declared_by`` for an operator's declaration, and the ``annotations``
+    hints its server set. The audit and the recorded catalogue repeat them, so
+    a reader can tell a read-only tool from one an operator called read-only.
+    Built-ins leave all three unset: their scopes are evalkit's own.
     """
 
     name: str
@@ -43,6 +50,9 @@ class ToolDescriptor:
     code: bool = False
     action_scopes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     network: bool = False
+    scopes_from: str | None = None
+    declared_by: str | None = None
+    annotations: Mapping[str, bool] | None = None
 
     def scopes_for(self, arguments: Mapping[str, Any] | None) -> tuple[str, ...]:
         """The scopes one call with these arguments needs, in declaration order."""
@@ -66,7 +76,15 @@ class ToolDescriptor:
             out["action_scopes"] = {k: list(v) for k, v in sorted(self.action_scopes.items())}
         if self.network:  # only when set, so catalogues of tools without it are unchanged
             out["network"] = True
+        out.update(self.scope_origin())
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
         return out
+
+    def scope_origin(self) -> dict[str, str]:
+        """Where this tool's scopes came from, as the audit and the catalogue write it."""
+        origin = {"scopes_from": self.scopes_from, "declared_by": self.declared_by}
+        return {k: v for k, v in origin.items() if v is not None}
 
 
 def compose_output(stdout: str, stderr: str) -> str:

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 from evalkit.errors import EvalkitError
 from evalkit.runtime.tools.descriptor import BUILTIN_PLANE, ToolResult
+from evalkit.runtime.tools.mcp_scopes import hints_of
 from evalkit.store.reader import whole_characters
 
 DEFAULT_START_TIMEOUT_S = 30.0
@@ -50,11 +51,16 @@ class McpServerSpec:
 
 @dataclass(frozen=True)
 class McpTool:
-    """One tool as a server lists it (names without the namespace)."""
+    """One tool as a server lists it (names without the namespace).
+
+    ``hints`` are the behaviour hints of its annotations (``readOnlyHint``…),
+    None when the server set none: they decide the tool's scopes.
+    """
 
     name: str
     description: str
     input_schema: dict[str, Any] = field(default_factory=dict)
+    hints: dict[str, bool] | None = None
 
 
 def parse_mcp_specs(values: Sequence[str]) -> list[McpServerSpec]:
@@ -281,7 +287,8 @@ class McpHub:
         for _ in range(100):  # a server that paginates forever cannot hang a step boundary
             params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
-            tools += [McpTool(t.name, t.description or "", dict(t.input_schema or {}))
+            tools += [McpTool(t.name, t.description or "", dict(t.input_schema or {}),
+                              hints_of(t.annotations))
                       for t in page.tools]
             cursor = page.next_cursor
             if not cursor:

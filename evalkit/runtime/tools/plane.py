@@ -9,14 +9,16 @@ The loop can therefore hand it whatever the model said without a ``try``.
 
 Governance (which scopes a run holds, gates, audit) sits in front of this
 bus and reads ``ToolDescriptor.scopes_for``; the plane itself never refuses
-on policy.
+on policy. It does say what each MCP tool needs, since only it sees the
+server's annotations (``mcp_scopes``): an operator's declaration for a
+server (``mcp_scopes=``) stands in for them.
 """
 
 from __future__ import annotations
 
 import difflib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,10 +35,8 @@ from evalkit.runtime.tools.mcp_client import (
     McpTool,
     parse_mcp_specs,
 )
+from evalkit.runtime.tools.mcp_scopes import Declared, decide
 from evalkit.runtime.tools.sandbox import NoSandbox, Sandbox
-
-#: The scope every MCP tool needs.
-MCP_SCOPE = "mcp.call"
 
 
 class ToolPlane:
@@ -49,7 +49,8 @@ class ToolPlane:
                  network: bool = False,
                  mcp_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
                  mcp_call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                 mcp_errlog: TextIO | None = None) -> None:
+                 mcp_errlog: TextIO | None = None,
+                 mcp_scopes: Mapping[str, Declared] | None = None) -> None:
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise EvalkitError(f"the mission root {str(root)!r} is not a directory")
@@ -64,6 +65,7 @@ class ToolPlane:
             )
         self._builtins = [d for n, d in _builtins.DESCRIPTORS.items() if n in names]
         self._specs = parse_mcp_specs(mcp_stdio)
+        self._declared = _declarations_for(self._specs, mcp_scopes or {})
         self._code = CodeRunner(self.root, self.sandbox, timeout_s=timeout_s,
                                 max_output_bytes=max_output_bytes, network=network)
         self._coding = CodingTools(self.root, self.sandbox, timeout_s=timeout_s,
@@ -143,9 +145,13 @@ class ToolPlane:
         for spec in self._specs:
             for tool in sorted(self._listed.get(spec.namespace, []), key=lambda t: t.name):
                 name = f"{spec.namespace}.{tool.name}"
+                decided = decide(tool.hints, self._declared.get(spec.namespace))
                 tools[name] = ToolDescriptor(name=name, description=tool.description,
-                                             parameters=tool.input_schema, scopes=(MCP_SCOPE,),
-                                             plane=spec.namespace, code=False)
+                                             parameters=tool.input_schema, scopes=decided.scopes,
+                                             plane=spec.namespace, code=False,
+                                             scopes_from=decided.source,
+                                             declared_by=decided.declared_by,
+                                             annotations=tool.hints)
         checks: dict[str, Any] = {}
         for name, desc in tools.items():
             old = self._tools.get(name)
@@ -200,6 +206,19 @@ class ToolPlane:
         if desc.name == "fetch_page":
             return _research.fetch_page(arguments)
         return _builtins.mission_result(self.results, arguments)
+
+
+def _declarations_for(specs: Sequence[Any], declared: Mapping[str, Declared]
+                      ) -> dict[str, Declared]:
+    """The declarations, each for a server of this plane; one naming none is refused."""
+    namespaces = [spec.namespace for spec in specs]
+    for server, declaration in declared.items():
+        if server not in namespaces:
+            here = (f"this run's servers are {', '.join(namespaces)}" if namespaces
+                    else "this run starts no MCP server")
+            raise EvalkitError(f"{declaration.by} names MCP server {server!r}, which is not "
+                               f"the namespace of any --mcp-stdio server ({here})")
+    return dict(declared)
 
 
 def _unknown(name: Any, offered: list[str]) -> str:
