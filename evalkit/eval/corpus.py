@@ -388,15 +388,19 @@ Good recordings all pass; every bad one fails for the reason its mission
 exists to catch (the tests assert the reason, not just the bit).
 
 ```
+recordings/evalkit.pub            the public key every seal below was signed with
 recordings/<suite>/<variant>/
+  manifest.json                   the folder's seal: each mission's seal and stream
   report.json, report.md          evalkit score --report of this folder
   <key>/                          one mission: what `evalkit run` writes for it
+    manifest.json                 the mission's seal: every file below, signed
     events.jsonl                  the stream as the harness read it from the agent
     command.json                  the spawn line, exit code, wall time (paths relative
                                   to the repository, the interpreter shown as python)
     stdout.txt, stderr.txt        the runtime's narration and notes (small)
     audit/<run_id>.jsonl          the governance audit log of the run
     runs/<run_id>/                the run directory (docs/REPLAY.md):
+      manifest.json                 the run store's seal, made when the run closed
       events.jsonl                  every record in its {{seq, at, record}} envelope
       meta.json                     objective, flags, outcome
       model.jsonl                   every model call: the whole request, the reply
@@ -410,9 +414,16 @@ originals, and `tools.jsonl` holds everything the agent saw), `approvals/`
 `run.json` (the host, commit and date of one regeneration). `report.json` and
 `report.md` are written by scoring this folder, as CI does.
 
+Every file is sealed (docs/GOVERNANCE.md, "Tamper-evident recordings"):
+`evalkit verify recordings` says whether anything changed since it was
+recorded, and `evalkit score` scores a stream that changed as an
+infrastructure failure, never as the run it claims to be. Each regeneration
+signs with a key of its own; only its public half, `evalkit.pub`, is kept.
+
 ## Using it
 
 ```bash
+evalkit verify recordings                                          # every seal checked
 evalkit score --suite suites/stub --runs recordings/stub/good      # verdicts, no model
 evalkit replay recordings/stub/good/chaining/runs/run_* --skill suites/stub/SKILL.md
 evalkit regrade recordings/stub/good --skill NEW.md --out regraded
@@ -437,7 +448,8 @@ The whole corpus regenerates in about a minute on two cores. Each suite is
 replaced as a whole (put back as it was if its recording fails), and the
 command exits 1 when a good recording fails or a bad one passes.
 
-Two regenerations differ only in ids and times: run ids (folder and file
+Two regenerations differ only in ids and times (and so in every seal, and
+in the key that signs them): run ids (folder and file
 names, `run_id`), `at`/`created_at`/`updated_at`/`time` stamps, `elapsed_s`,
 `duration_s` and `wall_s`, approval ids, the `fd:N` the stream was piped
 through, timings a tool printed (e.g. `passed in 0.02s`) and memory
