@@ -3,23 +3,42 @@
 A sandbox only rewrites an argv, so the process runner stays one code path
 and a new sandbox is one small class. Choosing which one a run gets
 (profiles, ``EVALKIT_SANDBOX``, skill manifests) is governance's business;
-this module only promises that ``Bwrap`` really confines: the host is
-read-only, the mission root is the one writable place, ``/tmp`` is private,
-the network is unshared unless asked for, and CPU, memory and process
-counts are capped.
+this module only promises that ``Bwrap`` really confines, as root and as an
+ordinary user: no capabilities and no nested user namespace, its own PID
+namespace (every process a call started dies with it), the host read-only
+(``/proc`` included), the mission root the one writable place, ``/tmp``
+private, the network unshared unless asked for, and
+CPU, memory and process counts capped. The process cap is RLIMIT_NPROC for an
+ordinary user and a pids cgroup per call wherever one can be made; as root,
+where none can, the code tools refuse (see ``ROOT_NEEDS_PIDS_CGROUP``).
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-#: Default rlimits for sandboxed code: CPU seconds, address space, processes.
+from evalkit.runtime.tools.cgroups import find as find_pids_cgroups
+
+#: Default caps for sandboxed code: CPU seconds, address space, processes (bwrap's own two
+#: processes count towards the last).
 DEFAULT_CPU_SECONDS = 300
 DEFAULT_MEMORY_BYTES = 4 * 1024 * 1024 * 1024
 DEFAULT_PROCESSES = 1024
+
+#: What a code tool answers, run as root where no pids cgroup can be made.
+ROOT_NEEDS_PIDS_CGROUP = (
+    "refused: as root the sandbox can cap processes only with a pids cgroup, and none can be "
+    "made here; mount the pids controller writable (cgroup v2 with pids in the root's "
+    "cgroup.controllers, or cgroup v1's pids hierarchy) or run evalkit as an ordinary user")
+
+_PROBE_SECONDS = 10
 
 # Used when util-linux's prlimit is absent: set the limits, then exec the command.
 _RLIMIT_SHIM = (
@@ -54,7 +73,7 @@ class NoSandbox:
 
 
 class Bwrap:
-    """Bubblewrap: host read-only, mission root writable, private /tmp, no network, rlimits."""
+    """Bubblewrap: no capabilities, own namespaces, host read-only, mission root writable."""
 
     name = "bwrap"
 
@@ -72,28 +91,27 @@ class Bwrap:
 
     @staticmethod
     def available() -> bool:
-        """True when a ``bwrap`` executable is on PATH."""
-        return shutil.which("bwrap") is not None
+        """True when bwrap is installed and can build its sandbox here (probed once)."""
+        return Bwrap.unavailable() is None
+
+    @staticmethod
+    def unavailable() -> str | None:
+        """Why bwrap cannot confine code on this host, in one sentence; None when it can."""
+        found = shutil.which("bwrap")
+        if not found:
+            return "bubblewrap (bwrap) is not installed"
+        return _probe(found, os.getuid())
 
     def wrap(self, argv: list[str], root: Path, network: bool) -> list[str]:
         mission_root = str(Path(root).resolve())
-        wrapped = [
-            self.executable,
-            "--ro-bind", "/", "/",
-            # /tmp first: a mission root under /tmp must be bound over the fresh tmpfs.
-            "--tmpfs", "/tmp",
-            *_interpreter_binds(),
-            "--dev", "/dev",
-            "--proc", "/proc",
-            "--bind", mission_root, mission_root,
-            "--chdir", mission_root,
-            "--setenv", "TMPDIR", "/tmp",
-            "--unshare-all",
-        ]
-        if network:
-            wrapped.append("--share-net")
-        wrapped += ["--die-with-parent", "--new-session", "--"]
-        return wrapped + self._limits() + list(argv)
+        confined = [self.executable, *_confinement(mission_root, network), "--",
+                    *self._limits(), *argv]
+        cgroups = find_pids_cgroups(os.getuid())
+        if cgroups is not None:
+            return cgroups.launcher(self.processes) + confined
+        if _runs_as_root():
+            return _refusal(ROOT_NEEDS_PIDS_CGROUP)
+        return confined  # RLIMIT_NPROC binds every uid but 0
 
     def _limits(self) -> list[str]:
         if self._prlimit:
@@ -108,12 +126,70 @@ class Bwrap:
                 str(self.memory_bytes), str(self.processes)]
 
 
+def _confinement(root: str, network: bool) -> list[str]:
+    """bwrap's options, in the order they must apply, for code confined to ``root``.
+
+    As root the user namespace maps uid 0 to uid 0, so what stops the code is
+    the dropped capabilities plus read-only mounts: ``/proc`` is remounted
+    read-only too (its ``sys`` would otherwise take host-wide sysctl writes
+    from uid 0), and no nested user namespace may hand capabilities back.
+    """
+    options = [
+        "--ro-bind", "/", "/",
+        # /tmp first: a mission root under /tmp must be bound over the fresh tmpfs.
+        "--tmpfs", "/tmp",
+        *_interpreter_binds(),
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--remount-ro", "/proc",
+        "--bind", root, root,
+        "--chdir", root,
+        "--setenv", "TMPDIR", "/tmp",
+        "--unshare-all", "--unshare-user", "--disable-userns",
+        "--cap-drop", "ALL",
+    ]
+    if network:
+        options.append("--share-net")
+    return options + ["--die-with-parent", "--new-session"]
+
+
+def _runs_as_root() -> bool:
+    """The kernel exempts uid 0 from RLIMIT_NPROC by the real uid; either one counts here."""
+    return 0 in (os.getuid(), os.geteuid())
+
+
+def _refusal(sentence: str) -> list[str]:
+    """An argv that only says why the call is refused: the tool's result is that sentence."""
+    return [sys.executable, "-I", "-S", "-c", "import sys; sys.exit(sys.argv[1])", sentence]
+
+
+@functools.cache
+def _probe(executable: str, uid: int) -> str | None:
+    """Run ``true`` under the very options ``wrap`` uses; why it failed, or None.
+
+    On PATH is not enough: without user namespaces for this user, or on a
+    kernel that refuses one of the options, every call would fail instead.
+    """
+    del uid  # part of the cache key only: the answer differs between users
+    with tempfile.TemporaryDirectory(prefix="evalkit-bwrap-probe-") as root:
+        argv = [executable, *_confinement(root, False), "--", "true"]
+        try:
+            done = subprocess.run(argv, cwd=root, stdin=subprocess.DEVNULL, capture_output=True,
+                                  timeout=_PROBE_SECONDS, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bubblewrap ({executable}) could not be run here: {exc}"
+    if done.returncode == 0:
+        return None
+    said = [line.strip() for line in done.stderr.decode(errors="replace").splitlines()
+            if line.strip()]
+    why = said[-1] if said else f"exit code {done.returncode}"
+    return (f"bubblewrap ({executable}) cannot build its sandbox on this host ({why}); "
+            "it needs user namespaces for this user")
+
+
 def _interpreter_binds() -> list[str]:
     """Read-only binds for this interpreter when it lives under /tmp (a venv made
     there): the private tmpfs would otherwise hide the program the tools run."""
-    import os
-    import sys
-
     binds: list[str] = []
     for path in dict.fromkeys(os.path.realpath(p) for p in (sys.prefix, sys.base_prefix,
                                                             os.path.dirname(sys.executable))):
