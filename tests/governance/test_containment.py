@@ -406,6 +406,64 @@ def test_as_root_each_call_gets_a_pids_cgroup_that_goes_with_it(tmp_path: Path) 
     assert not call.exists()  # removed as the call returned
 
 
+# -- hidden folders ----------------------------------------------------------------------------
+
+
+def test_hidden_folders_are_empty_unreadable_and_unwritable(who: Who, arena: Arena) -> None:
+    inner = arena.root / "state"   # inside the mission root
+    inner.mkdir()
+    secret = f"secret-{arena.token}"
+    for folder in (inner, arena.outside):
+        (folder / "secret.txt").write_text(secret)
+        os.chown(folder, who.uid, who.gid)
+        os.chown(folder / "secret.txt", who.uid, who.gid)
+    attempts = {
+        "list": f"ls -A state {arena.outside}",
+        "read inside": "cat state/secret.txt",
+        "read outside": f"cat {arena.outside}/secret.txt",
+        "read through /proc": f"cat /proc/self/root{inner}/secret.txt",
+        "write inside": "echo pwned > state/new.txt",
+        "write outside": f"echo pwned > {arena.outside}/new.txt",
+        "remove inside": "rm -rf state",
+        "replace inside": "mv state gone",
+    }
+
+    def attempt() -> dict[str, Any]:
+        runner = CodeRunner(arena.root, Bwrap(hide=[inner, arena.outside]), timeout_s=20)
+        results = {name: shell(runner, command) for name, command in attempts.items()}
+        results["the root still works"] = shell(runner, "echo ok > fine.txt && cat fine.txt")
+        return results
+
+    results = who.run(attempt)
+    assert results.pop("the root still works")["output"] == "ok\n"
+    assert sorted(results.pop("list")["output"].split()) == sorted(["state:", f"{arena.outside}:"])
+    for name, result in results.items():
+        assert not result["ok"], (who.name, name, result)
+        assert secret not in result["output"], (name, result)
+    for folder in (inner, arena.outside):
+        assert (folder / "secret.txt").read_text() == secret
+        assert sorted(p.name for p in folder.iterdir()) == ["secret.txt"] + \
+            (["victim.txt"] if folder == arena.outside else [])
+
+
+def test_a_hidden_folder_holding_the_root_hides_all_but_the_root(tmp_path: Path) -> None:
+    base = Path(tempfile.mkdtemp(prefix="evalkit-hide-", dir="/var/tmp"))
+    try:
+        root = base / "work" / "root"
+        root.mkdir(parents=True)
+        (base / "work" / "secret.txt").write_text("sibling secret")
+        (base / "work" / "inner").mkdir()  # hidden twice over: covered once
+        runner = CodeRunner(root, Bwrap(hide=[base / "work", base / "work" / "inner",
+                                              base / "work" / "missing"]))
+        seen = runner.shell({"command": f"ls -A {base}/work; cat {base}/work/secret.txt"})
+        assert seen.output.startswith("root\n") and "sibling secret" not in seen.output
+        wrote = runner.shell({"command": f"echo x > {base}/work/new; echo kept > kept && cat kept"})
+        assert wrote.stdout == "kept\n" and "Read-only file system" in wrote.stderr
+        assert sorted(p.name for p in (base / "work").iterdir()) == ["inner", "root", "secret.txt"]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 # -- where bwrap cannot run ------------------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ this module only promises that ``Bwrap`` really confines, as root and as an
 ordinary user: no capabilities and no nested user namespace, its own PID
 namespace (every process a call started dies with it), the host read-only
 (``/proc`` included), the mission root the one writable place, ``/tmp``
-private, the network unshared unless asked for, and
+private, hidden folders empty, the network unshared unless asked for, and
 CPU, memory and process counts capped. The process cap is RLIMIT_NPROC for an
 ordinary user and a pids cgroup per call wherever one can be made; as root,
 where none can, the code tools refuse (see ``ROOT_NEEDS_PIDS_CGROUP``).
@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -73,13 +74,20 @@ class NoSandbox:
 
 
 class Bwrap:
-    """Bubblewrap: no capabilities, own namespaces, host read-only, mission root writable."""
+    """Bubblewrap: no capabilities, own namespaces, host read-only, mission root writable.
+
+    ``hide`` names folders the sandboxed code must not see: each one that
+    exists when a call starts is covered by an empty read-only tmpfs, mounted
+    after the mission root so it wins even inside the root (a hidden folder
+    that holds the mission root hides everything in it but the root).
+    """
 
     name = "bwrap"
 
     def __init__(self, executable: str | None = None, *, cpu_seconds: int = DEFAULT_CPU_SECONDS,
                  memory_bytes: int = DEFAULT_MEMORY_BYTES,
-                 processes: int = DEFAULT_PROCESSES) -> None:
+                 processes: int = DEFAULT_PROCESSES,
+                 hide: Sequence[str | Path] = ()) -> None:
         found = executable or shutil.which("bwrap")
         if not found:
             raise FileNotFoundError("bubblewrap (bwrap) is not installed")
@@ -87,6 +95,7 @@ class Bwrap:
         self.cpu_seconds = cpu_seconds
         self.memory_bytes = memory_bytes
         self.processes = processes
+        self.hide = tuple(Path(folder) for folder in hide)
         self._prlimit = shutil.which("prlimit")
 
     @staticmethod
@@ -104,7 +113,7 @@ class Bwrap:
 
     def wrap(self, argv: list[str], root: Path, network: bool) -> list[str]:
         mission_root = str(Path(root).resolve())
-        confined = [self.executable, *_confinement(mission_root, network), "--",
+        confined = [self.executable, *_confinement(mission_root, network, self.hide), "--",
                     *self._limits(), *argv]
         cgroups = find_pids_cgroups(os.getuid())
         if cgroups is not None:
@@ -126,7 +135,7 @@ class Bwrap:
                 str(self.memory_bytes), str(self.processes)]
 
 
-def _confinement(root: str, network: bool) -> list[str]:
+def _confinement(root: str, network: bool, hide: Sequence[Path]) -> list[str]:
     """bwrap's options, in the order they must apply, for code confined to ``root``.
 
     As root the user namespace maps uid 0 to uid 0, so what stops the code is
@@ -134,6 +143,7 @@ def _confinement(root: str, network: bool) -> list[str]:
     read-only too (its ``sys`` would otherwise take host-wide sysctl writes
     from uid 0), and no nested user namespace may hand capabilities back.
     """
+    around, elsewhere = _hidden(hide, root)
     options = [
         "--ro-bind", "/", "/",
         # /tmp first: a mission root under /tmp must be bound over the fresh tmpfs.
@@ -142,7 +152,13 @@ def _confinement(root: str, network: bool) -> list[str]:
         "--dev", "/dev",
         "--proc", "/proc",
         "--remount-ro", "/proc",
-        "--bind", root, root,
+    ]
+    for folder in around:  # the root's mount point is made before the cover turns read-only
+        options += ["--tmpfs", folder, "--dir", root, "--remount-ro", folder]
+    options += ["--bind", root, root]
+    for folder in elsewhere:
+        options += ["--tmpfs", folder, "--remount-ro", folder]
+    options += [
         "--chdir", root,
         "--setenv", "TMPDIR", "/tmp",
         "--unshare-all", "--unshare-user", "--disable-userns",
@@ -151,6 +167,28 @@ def _confinement(root: str, network: bool) -> list[str]:
     if network:
         options.append("--share-net")
     return options + ["--die-with-parent", "--new-session"]
+
+
+def _hidden(hide: Sequence[Path], root: str) -> tuple[list[str], list[str]]:
+    """The folders to cover: (those holding the root, the rest), each existing one once.
+
+    A folder inside another hidden folder is already hidden (and its mount
+    point could not be made in a read-only cover), unless the mission root
+    lies between them and brings it back into view.
+    """
+    folders = sorted({os.path.realpath(f) for f in hide if os.path.isdir(f)}, key=len)
+    kept: list[str] = []
+    for folder in folders:
+        if any(_within(folder, outer) and not (_within(root, outer) and _within(folder, root))
+               for outer in kept):
+            continue
+        kept.append(folder)
+    around = [f for f in kept if _within(root, f) and f != root]
+    return around, [f for f in kept if f not in around]
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _runs_as_root() -> bool:
@@ -172,7 +210,7 @@ def _probe(executable: str, uid: int) -> str | None:
     """
     del uid  # part of the cache key only: the answer differs between users
     with tempfile.TemporaryDirectory(prefix="evalkit-bwrap-probe-") as root:
-        argv = [executable, *_confinement(root, False), "--", "true"]
+        argv = [executable, *_confinement(root, False, ()), "--", "true"]
         try:
             done = subprocess.run(argv, cwd=root, stdin=subprocess.DEVNULL, capture_output=True,
                                   timeout=_PROBE_SECONDS, check=False)
