@@ -33,9 +33,9 @@ from evalkit.runtime.tools.cgroups import candidates, find
 from evalkit.runtime.tools.codetools import CodeRunner
 from evalkit.runtime.tools.sandbox import ROOT_NEEDS_PIDS_CGROUP, Bwrap, NoSandbox
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not Bwrap.available(),
-                                 reason=Bwrap.unavailable() or "bubblewrap works here")]
+pytestmark = pytest.mark.slow
+
+needs_bwrap = pytest.mark.skipif(not Bwrap.available(), reason=Bwrap.unavailable() or "")
 
 USER = "evalkit-escape"
 CAP = 32            # a small process cap: the fork bomb stays kind to a shared host
@@ -83,6 +83,9 @@ def _unprivileged() -> Who:
 
 @pytest.fixture(params=["root", "user"])
 def who(request: pytest.FixtureRequest) -> Who:
+    problem = Bwrap.unavailable()
+    if problem is not None:
+        pytest.skip(problem)
     if request.param == "root":
         if os.getuid() != 0:
             pytest.skip("the root case needs the tests to run as root")
@@ -324,8 +327,8 @@ def test_no_process_outlives_its_call(who: Who, arena: Arena) -> None:
         control = shell(CodeRunner(arena.root, NoSandbox()),
                         f"setsid {survivor('late-control')} & {settle}")
         time.sleep(2.5)  # every survivor would have written its marker by now
-        return {"calls": seen, "control": control,
-                "markers": sorted(p.name for p in arena.root.iterdir() if p.name.startswith("late-"))}
+        markers = sorted(p.name for p in arena.root.iterdir() if p.name.startswith("late-"))
+        return {"calls": seen, "control": control, "markers": markers}
 
     results = who.run(attempt)
     for name, result in results["calls"].items():
@@ -369,6 +372,7 @@ def test_a_fork_bomb_is_bounded(who: Who, arena: Arena) -> None:
     assert subprocess.run(["true"]).returncode == 0  # the host still starts processes
 
 
+@needs_bwrap
 def test_as_root_without_a_pids_cgroup_the_tools_refuse_in_one_sentence(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(sandbox_module, "find_pids_cgroups", lambda uid: None)
@@ -379,6 +383,7 @@ def test_as_root_without_a_pids_cgroup_the_tools_refuse_in_one_sentence(
     assert not (tmp_path / "made").exists()
 
 
+@needs_bwrap
 @pytest.mark.skipif(os.getuid() != 0 or find(0) is None,
                     reason="needs root and a pids cgroup evalkit can make here")
 def test_as_root_each_call_gets_a_pids_cgroup_that_goes_with_it(tmp_path: Path) -> None:
@@ -446,6 +451,7 @@ def test_hidden_folders_are_empty_unreadable_and_unwritable(who: Who, arena: Are
             (["victim.txt"] if folder == arena.outside else [])
 
 
+@needs_bwrap
 def test_a_hidden_folder_holding_the_root_hides_all_but_the_root(tmp_path: Path) -> None:
     base = Path(tempfile.mkdtemp(prefix="evalkit-hide-", dir="/var/tmp"))
     try:

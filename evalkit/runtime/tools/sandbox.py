@@ -113,8 +113,8 @@ class Bwrap:
 
     def wrap(self, argv: list[str], root: Path, network: bool) -> list[str]:
         mission_root = str(Path(root).resolve())
-        confined = [self.executable, *_confinement(mission_root, network, self.hide), "--",
-                    *self._limits(), *argv]
+        options = _confinement(self.executable, mission_root, network, self.hide)
+        confined = [self.executable, *options, "--", *self._limits(), *argv]
         cgroups = find_pids_cgroups(os.getuid())
         if cgroups is not None:
             return cgroups.launcher(self.processes) + confined
@@ -135,7 +135,7 @@ class Bwrap:
                 str(self.memory_bytes), str(self.processes)]
 
 
-def _confinement(root: str, network: bool, hide: Sequence[Path]) -> list[str]:
+def _confinement(executable: str, root: str, network: bool, hide: Sequence[Path]) -> list[str]:
     """bwrap's options, in the order they must apply, for code confined to ``root``.
 
     As root the user namespace maps uid 0 to uid 0, so what stops the code is
@@ -161,7 +161,7 @@ def _confinement(root: str, network: bool, hide: Sequence[Path]) -> list[str]:
     options += [
         "--chdir", root,
         "--setenv", "TMPDIR", "/tmp",
-        "--unshare-all", "--unshare-user", "--disable-userns",
+        "--unshare-all", "--unshare-user", *_no_nested_user_namespace(executable),
         "--cap-drop", "ALL",
     ]
     if network:
@@ -191,6 +191,22 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+@functools.cache
+def _no_nested_user_namespace(executable: str) -> tuple[str, ...]:
+    """``--disable-userns`` where this bwrap knows it (0.8.0 on).
+
+    A second wall, not the only one: without it a nested user namespace
+    regains capabilities only over mounts it cannot unlock (they stay
+    read-only), so an older bwrap still confines and is not refused for it.
+    """
+    try:
+        said = subprocess.run([executable, "--help"], capture_output=True,
+                              timeout=_PROBE_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return ("--disable-userns",) if b"--disable-userns" in said.stdout + said.stderr else ()
+
+
 def _runs_as_root() -> bool:
     """The kernel exempts uid 0 from RLIMIT_NPROC by the real uid; either one counts here."""
     return 0 in (os.getuid(), os.geteuid())
@@ -210,7 +226,7 @@ def _probe(executable: str, uid: int) -> str | None:
     """
     del uid  # part of the cache key only: the answer differs between users
     with tempfile.TemporaryDirectory(prefix="evalkit-bwrap-probe-") as root:
-        argv = [executable, *_confinement(root, False, ()), "--", "true"]
+        argv = [executable, *_confinement(executable, root, False, ()), "--", "true"]
         try:
             done = subprocess.run(argv, cwd=root, stdin=subprocess.DEVNULL, capture_output=True,
                                   timeout=_PROBE_SECONDS, check=False)
