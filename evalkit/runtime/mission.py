@@ -323,14 +323,14 @@ def _declarations(settings: MissionSettings, manifest: Any) -> Any:
 
 
 def _sandbox(choice: str | None) -> Any:
-    """The sandbox tool subprocesses run in: bwrap where installed, unless opted out."""
+    """The sandbox tool subprocesses run in: bwrap where it works here, unless opted out."""
     from evalkit.runtime.tools.sandbox import Bwrap, NoSandbox
 
     if choice == "none":
         return NoSandbox()
-    if Bwrap.available():
+    problem = Bwrap.unavailable()
+    if problem is None:
         return Bwrap()
     if choice == "bwrap":
-        raise EvalkitError("EVALKIT_SANDBOX=bwrap but bubblewrap (bwrap) is not installed; "
-                           "install it or pass --unsandboxed")
+        raise EvalkitError(f"EVALKIT_SANDBOX=bwrap but {problem}; fix that or pass --unsandboxed")
     return NoSandbox()

@@ -35,8 +35,7 @@ from tests._agent import (  # noqa: F401 (re-exported)
     write_script,
 )
 
-needs_bwrap = pytest.mark.skipif(not Bwrap.available(),
-                                 reason="bubblewrap (bwrap) is not installed")
+needs_bwrap = pytest.mark.skipif(not Bwrap.available(), reason=Bwrap.unavailable() or "")
 
 
 @dataclass

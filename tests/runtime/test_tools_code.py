@@ -17,7 +17,7 @@ from evalkit.runtime.tools import Bwrap, NoSandbox, ResultStore, ToolPlane
 
 pytestmark = pytest.mark.slow
 
-needs_bwrap = pytest.mark.skipif(not Bwrap.available(), reason="bubblewrap (bwrap) is not installed")
+needs_bwrap = pytest.mark.skipif(not Bwrap.available(), reason=Bwrap.unavailable() or "")
 
 
 @pytest.fixture
@@ -140,10 +140,12 @@ def test_sandboxes_rewrite_argv_as_documented(root: Path) -> None:
     assert NoSandbox().wrap(["a", "b"], root, False) == ["a", "b"]
     bwrap = Bwrap(executable="/usr/bin/bwrap")
     argv = bwrap.wrap(["sh", "-c", "true"], root, False)
-    assert argv[0] == "/usr/bin/bwrap" and argv[-3:] == ["sh", "-c", "true"]
-    text = " ".join(argv)
+    # As root, a launcher that joins a pids cgroup may come first (or a refusal instead).
+    assert "/usr/bin/bwrap" in argv and argv[-3:] == ["sh", "-c", "true"]
+    text = " ".join(argv[argv.index("/usr/bin/bwrap"):])
     for part in ("--ro-bind / /", f"--bind {root} {root}", "--tmpfs /tmp", "--dev /dev",
-                 "--proc /proc", "--unshare-all", "--die-with-parent", "--new-session"):
+                 "--proc /proc --remount-ro /proc", "--unshare-all --unshare-user",
+                 "--disable-userns", "--cap-drop ALL", "--die-with-parent", "--new-session"):
         assert part in text
     assert text.index("--tmpfs /tmp") < text.index("--bind")
     assert "--share-net" not in text
@@ -211,3 +213,25 @@ def test_bwrap_timeout_kills_the_sandbox(root: Path) -> None:
 def test_sys_executable_is_what_runs_python(root: Path) -> None:
     result = plane_for(root).dispatch("run_python_code", {"code": "import sys; print(sys.executable)"})
     assert result.stdout.strip() == sys.executable
+
+
+@pytest.mark.parametrize("sandbox", [
+    pytest.param("bwrap", marks=needs_bwrap), "none"])
+def test_no_descriptor_of_the_harness_reaches_tool_code(tmp_path: Path, sandbox: str) -> None:
+    held = tmp_path / "audit.jsonl"
+    held.write_text("the harness's own file\n")
+    fd = os.open(held, os.O_RDWR)  # no O_CLOEXEC, and inheritable on purpose
+    os.set_inheritable(fd, True)
+    root = tmp_path / "root"
+    root.mkdir()
+    plane = plane_for(root, sandbox=Bwrap() if sandbox == "bwrap" else NoSandbox())
+    try:
+        # The shell's own table, which is what the tool process was handed: "; true" keeps
+        # bash from exec'ing ls, whose own directory descriptor would be listed instead.
+        numbers = plane.dispatch("run_shell_command", {"command": "ls /proc/$$/fd; true"})
+        links = plane.dispatch("run_shell_command", {"command": "ls -l /proc/$$/fd; true"})
+    finally:
+        os.close(fd)
+    assert numbers.ok, numbers.output
+    assert sorted(int(n) for n in numbers.stdout.split()) == [0, 1, 2], links.stdout
+    assert str(held) not in links.stdout

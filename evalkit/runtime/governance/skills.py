@@ -310,7 +310,8 @@ def close_over(manifest: Manifest, catalogue: Sequence[Any], sandbox: str,
             closed += [n for n in names if n not in closed]
         if part.sandbox == "bwrap" and sandbox != "bwrap":
             raise EvalkitError(f"{where} requires the bwrap sandbox, but this run has none "
-                               "(bubblewrap is not installed, or --unsandboxed / "
+                               "(bubblewrap is not installed or cannot build its sandbox on this "
+                               "host, or --unsandboxed / "
                                "EVALKIT_SANDBOX=none was given)")
     if manifest.allowed_tools is None:
         return None

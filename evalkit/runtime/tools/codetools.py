@@ -101,6 +101,10 @@ def run_process(argv: list[str], *, cwd: Path, stdin: bytes | None = None,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            # Nothing but the three pipes: an inheritable descriptor the harness holds
+            # (a run store, an audit log) must never reach the code it judges.
+            close_fds=True,
+            pass_fds=(),
         )
     except OSError as exc:
         return ToolResult.failure(f"could not start {argv[0]}: {exc.strerror or exc}", None)
