@@ -10,7 +10,7 @@ sentence, raised before any event is written.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,13 +197,14 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     if store is not None:
         close_orphans(store, keep=door.keep)  # runs whose process died get their last word
     manifest, approvals = _governance_parts(settings, env, notice)
-    hide(governed_folders(env))  # before any tool exists
+    governed = governed_folders(env)
+    hide(governed)  # before any tool exists
     live = None if settings.provider == "replay" else make_backend(
         settings.provider, script=settings.script, model=settings.model,
         base_url=settings.api_base, api_key=settings.api_key, stream=settings.stream,
         cassette=settings.cassette, record_mode=settings.record_mode)
     model = door.model(live) if door.model is not None else live
-    sandbox = _sandbox(settings.sandbox) if door.plane is None else None
+    sandbox = _sandbox(settings.sandbox, governed) if door.plane is None else None
     sandbox_name = door.sandbox or sandbox.name
     results = ResultStore()
     for output in door.outputs:  # a resumed run's handles continue where they stood
@@ -322,15 +323,16 @@ def _declarations(settings: MissionSettings, manifest: Any) -> Any:
     return declarations(parse_flag(settings.mcp_scopes), manifest)
 
 
-def _sandbox(choice: str | None) -> Any:
-    """The sandbox tool subprocesses run in: bwrap where it works here, unless opted out."""
+def _sandbox(choice: str | None, hidden: Sequence[Path] = ()) -> Any:
+    """The sandbox tool subprocesses run in: bwrap where it works here, unless opted out;
+    ``hidden``, the mission's governance state, is invisible inside it."""
     from evalkit.runtime.tools.sandbox import Bwrap, NoSandbox
 
     if choice == "none":
         return NoSandbox()
     problem = Bwrap.unavailable()
     if problem is None:
-        return Bwrap()
+        return Bwrap(hide=hidden)
     if choice == "bwrap":
         raise EvalkitError(f"EVALKIT_SANDBOX=bwrap but {problem}; fix that or pass --unsandboxed")
     return NoSandbox()

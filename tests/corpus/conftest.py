@@ -109,8 +109,15 @@ def _event(record: dict[str, Any]) -> Any:
 
 
 def comparable(path: Path) -> Any:
-    """A recorded file with ids, times and the machine fields taken out."""
+    """A recorded file with ids, times and the machine fields taken out. A seal keeps what
+    it covers: which files, and how many lines each JSONL file had (its hashes, key and
+    signature change with every regeneration)."""
     name = path.name
+    if name == "manifest.json":
+        body = read_json(path)
+        return {"kind": body.get("kind"),
+                "files": {_text(rel): len(entry.get("chain") or ())
+                          for rel, entry in body.get("files", {}).items()}}
     if name == "events.jsonl":
         return [_event(r) for r in read_jsonl(path)]
     if name.endswith(".jsonl"):
