@@ -33,7 +33,6 @@ _LACKS = (
     (re.compile(r"invalid perl operator: \(\?>"), "an atomic group"),
     (re.compile(r"invalid perl operator: \(\?\("), "a conditional group"),
     (re.compile(r"bad repetition operator: [*+?}]\+"), "a possessive quantifier"),
-    (re.compile(r"invalid escape sequence: \\Z"), r"\Z (write \z for the end of the text)"),
 )
 #: ``{,n}`` as a quantifier: after something to repeat, not escaped (classes are masked first).
 _UP_TO = re.compile(r"(?<=[^\\(|])\{,\d+\}")
@@ -82,6 +81,8 @@ def _refusal(pattern: str, said: str) -> str:
         if shape.search(said):
             return (f"uses {name}, which RE2 cannot match in linear time; "
                     "rewrite it without")
+    if said.endswith("\\Z"):
+        return "uses \\Z for the end of the text, which RE2 spells \\z; write \\z"
     return f"uses what RE2 (the linear-time engine evalkit matches with) does not support: {said}"
 
 

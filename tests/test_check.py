@@ -230,6 +230,12 @@ def test_an_up_to_repeat_re2_would_read_as_text_is_refused(tmp_path):
         assert problems_after(tmp_path, "chain-2", answer_must_not_match=[fine]) == []
 
 
+def test_python_s_end_of_text_is_refused_with_re2_s_spelling(tmp_path):
+    assert problems_after(tmp_path, "chain-2", answer_must_match=[r"done\Z"]) == [
+        "mission 'chain-2' field 'answer_must_match': pattern 'done\\\\Z' uses \\Z for the end "
+        "of the text, which RE2 spells \\z; write \\z"]
+
+
 def test_nested_quantifiers_are_fine_they_run_in_linear_time(tmp_path):
     assert problems_after(tmp_path, "chain-2", answer_must_match=["^(a|aa)+$"]) == []
 

@@ -226,4 +226,8 @@ def test_a_pattern_re2_cannot_run_fails_its_check_in_one_sentence() -> None:
     v = verdict([started(), answer("abab"), finished()], answer_must_match=(r"(ab)\1",))
     assert v.reasons == [r"the pattern /(ab)\1/ uses a backreference, which RE2 cannot match "
                          "in linear time; rewrite it without; this check cannot pass"]
-    assert v.checks == ["answer_pattern"]
+    assert v.checks == ["answer_pattern"] == [check_of(r) for r in v.reasons]
+    for unusable in (r"a\Z", "a{,2}", "(a"):  # every kind of refusal reads back as the same check
+        reasons = verdict([started(), answer("a"), finished()],
+                          answer_must_match=(unusable,)).reasons
+        assert [check_of(r) for r in reasons] == ["answer_pattern"], reasons
