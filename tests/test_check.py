@@ -208,6 +208,46 @@ def test_regex_that_does_not_compile(tmp_path, field):
         "missing ), unterminated subpattern at position 0"]
 
 
+@pytest.mark.parametrize(("pattern", "why"), [
+    (r"(\d+) and \1", "uses a backreference"),
+    (r"(?P<n>\d+) and (?P=n)", "uses a named backreference"),
+    (r"\d+(?= tests)", "uses lookahead"),
+    (r"(?<!not )passed", "uses lookbehind"),
+    (r"(?>a+)b", "uses an atomic group"),
+    (r"a*+b", "uses a possessive quantifier"),
+])
+def test_a_regex_that_cannot_run_in_linear_time_is_refused_naming_it(tmp_path, pattern, why):
+    assert problems_after(tmp_path, "chain-2", answer_must_match=["ok", pattern]) == [
+        f"mission 'chain-2' field 'answer_must_match': pattern {pattern!r} {why}, which RE2 "
+        "cannot match in linear time; rewrite it without"]
+
+
+def test_an_up_to_repeat_re2_would_read_as_text_is_refused(tmp_path):
+    assert problems_after(tmp_path, "chain-2", answer_must_not_match=[r"\d{,3}%"]) == [
+        "mission 'chain-2' field 'answer_must_not_match': pattern '\\\\d{,3}%' writes a repeat "
+        "as {,n}, which RE2 reads as literal text; write {0,n}"]
+    for fine in (r"\{,3}", r"[{,3}]", r"x{0,3}"):  # escaped or in a class: text in both engines
+        assert problems_after(tmp_path, "chain-2", answer_must_not_match=[fine]) == []
+
+
+def test_python_s_end_of_text_is_refused_with_re2_s_spelling(tmp_path):
+    assert problems_after(tmp_path, "chain-2", answer_must_match=[r"done\Z"]) == [
+        "mission 'chain-2' field 'answer_must_match': pattern 'done\\\\Z' uses \\Z for the end "
+        "of the text, which RE2 spells \\z; write \\z"]
+
+
+def test_nested_quantifiers_are_fine_they_run_in_linear_time(tmp_path):
+    assert problems_after(tmp_path, "chain-2", answer_must_match=["^(a|aa)+$"]) == []
+
+
+def test_an_identifier_pattern_with_lookaround_is_refused(tmp_path):
+    data = good()
+    data["identifier_pattern"] = r"\basset\.(?=[0-9a-f])\w+"
+    assert check_data(tmp_path, data).problems == [
+        "suite field 'identifier_pattern': '\\\\basset\\\\.(?=[0-9a-f])\\\\w+' uses lookahead, "
+        "which RE2 cannot match in linear time; rewrite it without"]
+
+
 # -- mission CLI flags ---------------------------------------------------------------
 
 

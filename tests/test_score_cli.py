@@ -253,6 +253,19 @@ def test_a_pattern_that_does_not_compile_refuses_the_suite_in_checks_words(suite
     assert problem in result.stderr.splitlines()
 
 
+def test_a_backreference_refuses_the_suite_in_one_sentence_and_scores_nothing(suite_and_runs):
+    """Never scored slowly instead: the pattern is named with why, and nothing runs."""
+    suite, runs = suite_and_runs
+    suite.write_text(suite.read_text().replace("(?i)sum is 5", "(sum) is \\1", 1))
+    checked = invoke("check", "--suite", str(suite))
+    scored = invoke("score", "--suite", str(suite), "--runs", str(runs), "--json")
+    assert checked.exit_code == scored.exit_code == 1 and scored.stdout == ""
+    [problem] = [line for line in checked.stderr.splitlines() if "backreference" in line]
+    assert problem.endswith("pattern '(sum) is \\\\1' uses a backreference, which RE2 cannot "
+                            "match in linear time; rewrite it without")
+    assert problem in scored.stderr.splitlines() and "Traceback" not in checked.output
+
+
 def test_check_exit_codes(tmp_path):
     good = invoke("check", "--suite", "tests/data/suites/good.yaml")
     assert good.exit_code == 0

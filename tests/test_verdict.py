@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import re
+import time
 import warnings
 
+import re2
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -190,19 +191,43 @@ _ANSWER_TEXT = st.text(alphabet="aAbBsSkK iI_-,'\"#.\nſKıé", max_size=40)
 @given(body=_PATTERN_TEXT, folded=st.booleans(), answer=_ANSWER_TEXT)
 @example(body="s", folded=True, answer="a long ſ")  # U+017F: no ASCII shortcut
 @example(body="I CANNOT", folded=True, answer="well, i cannot")
-@example(body="[[a]", folded=False, answer="x[a")  # re warns "possible nested set"
-def test_answer_patterns_mean_what_re_search_means(body: str, folded: bool, answer: str) -> None:
+@example(body="[[a]", folded=False, answer="x[a")
+def test_answer_patterns_mean_what_an_re2_search_means(body: str, folded: bool,
+                                                       answer: str) -> None:
+    """The plain-word shortcut finds exactly what RE2 would (the engine answer patterns run on)."""
     pattern = ("(?i)" if folded else "") + body
-    with warnings.catch_warnings():  # first, before re caches the pattern quietly
+    with warnings.catch_warnings():
         warnings.simplefilter("error")
         got = verdict_module._search(pattern, answer)
+    options = re2.Options()
+    options.log_errors = False
     try:
-        with warnings.catch_warnings():  # re's own, on "[[": evalkit's copy is quiet
-            warnings.simplefilter("ignore", FutureWarning)
-            want: bool | None = re.search(pattern, answer) is not None
-    except re.error:
+        want: bool | None = re2.compile(pattern, options).search(answer) is not None
+    except re2.error:
         want = None
     if want is None:
-        assert isinstance(got, str) and "does not compile" in got
+        assert isinstance(got, str) and got.startswith(f"the pattern /{pattern}/ ")
+        assert got.endswith("; this check cannot pass")
     else:
         assert got is want, (pattern, answer)
+
+
+def test_a_pattern_with_nested_quantifiers_scores_a_hostile_answer_at_once() -> None:
+    """Backtracking takes ~2^n steps on this pair; RE2 is linear in the answer."""
+    hostile = "a" * 100_000 + "!"
+    began = time.monotonic()
+    v = verdict([started(), answer(hostile), finished()],
+                answer_must_match=("^(a|aa)+$",), answer_must_not_match=("(a*)*b", "(x+x+)+y"))
+    assert time.monotonic() - began < 1
+    assert v.reasons == ["the answer does not match /^(a|aa)+$/"]
+
+
+def test_a_pattern_re2_cannot_run_fails_its_check_in_one_sentence() -> None:
+    v = verdict([started(), answer("abab"), finished()], answer_must_match=(r"(ab)\1",))
+    assert v.reasons == [r"the pattern /(ab)\1/ uses a backreference, which RE2 cannot match "
+                         "in linear time; rewrite it without; this check cannot pass"]
+    assert v.checks == ["answer_pattern"] == [check_of(r) for r in v.reasons]
+    for unusable in (r"a\Z", "a{,2}", "(a"):  # every kind of refusal reads back as the same check
+        reasons = verdict([started(), answer("a"), finished()],
+                          answer_must_match=(unusable,)).reasons
+        assert [check_of(r) for r in reasons] == ["answer_pattern"], reasons

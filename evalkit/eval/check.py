@@ -19,6 +19,8 @@ from pathlib import Path
 from evalkit import contract
 from evalkit.errors import EvalkitError
 from evalkit.eval.suite import SPLITS, Loaded, Mission, Suite, SuiteError, counted, load_suite
+from evalkit.patterns import Pattern, compile_pattern
+from evalkit.patterns import problem as pattern_problem
 
 #: The held-out share a suite must keep, inclusive, as (numerator, denominator).
 MIN_TEST_SHARE, MAX_TEST_SHARE = (1, 4), (2, 5)
@@ -123,14 +125,14 @@ class _Rules:
     #: The served tools, when the suite lists them (None: tools are not checked).
     tools: frozenset[str] | None
     tool_names: _ToolNames | None
-    identifiers: re.Pattern[str] | None
+    identifiers: Pattern | None
     #: What a prompt may name by identifier: the declared assets and the tools.
     declared: frozenset[str]
     published: dict[str, bool]
     harness: frozenset[str]
     #: evalkit's own flags that take a value.
     taking: frozenset[str]
-    #: Each answer regex met so far -> its compile error, or None when it compiles.
+    #: Each answer regex met so far -> why it cannot be used, or None when it can.
     regex_errors: dict[str, str | None]
 
     @classmethod
@@ -141,7 +143,7 @@ class _Rules:
             vocabulary=frozenset(suite.vocabulary),
             tools=None if suite.tools is None else frozenset(suite.tools),
             tool_names=None if suite.tools is None else _ToolNames.of(suite.tools),
-            identifiers=pattern if isinstance(pattern, re.Pattern) else None,
+            identifiers=None if isinstance(pattern, str) else pattern,
             declared=frozenset(suite.assets) | frozenset(suite.tools or ()),
             published=_published(suite.agent_flags),
             harness=frozenset(contract.harness_flags()),
@@ -150,10 +152,10 @@ class _Rules:
         )
 
     def regex_error(self, regex: str) -> str | None:
-        """Why ``regex`` does not compile, or None; a suite repeats its regexes, so each compiles once."""
+        """Why ``regex`` cannot be used, or None; a suite repeats its regexes, so each is looked
+        at once."""
         if regex not in self.regex_errors:
-            error = _compile(regex)
-            self.regex_errors[regex] = error if isinstance(error, str) else None
+            self.regex_errors[regex] = pattern_problem(regex)
         return self.regex_errors[regex]
 
 
@@ -246,9 +248,9 @@ def _mission_problems(rules: _Rules, m: Mission) -> Iterable[tuple[str, str]]:
         yield "max_reply_rejected", f"{m.max_reply_rejected} is negative; use 0 or more"
     for name in ("answer_must_match", "answer_must_not_match"):
         for regex in getattr(m, name) or ():
-            error = _compile(regex)
-            if isinstance(error, str):
-                yield name, f"pattern {regex!r} does not compile: {error}"
+            error = rules.regex_error(regex)
+            if error is not None:
+                yield name, f"pattern {regex!r} {error}"
     yield from (("flags", text) for text in _flag_problems(m.flags, rules))
 
 
@@ -440,8 +442,7 @@ def suite_problems(suite: Suite, tally: Tally, *, whole: bool = True,
     """
     pattern = _compile(suite.identifier_pattern)
     if isinstance(pattern, str):
-        yield (f"suite field 'identifier_pattern': {suite.identifier_pattern!r} "
-               f"does not compile: {pattern}")
+        yield f"suite field 'identifier_pattern': {suite.identifier_pattern!r} {pattern}"
     vocabulary = ", ".join(suite.vocabulary)
     if "vocabulary" not in refused:
         for flag in suite.claimed_flags or ():
@@ -493,14 +494,14 @@ def _summary(suite: Suite, problems: list[str]) -> str:
             f"{captured} of {len(claimed)} claimed flags captured")
 
 
-def _compile(regex: str | None) -> re.Pattern[str] | str | None:
-    """The compiled pattern, or the compile error as text (None when there is no pattern)."""
+def _compile(regex: str | None) -> Pattern | str | None:
+    """The compiled pattern, or why it cannot be used (None when there is no pattern)."""
     if regex is None:
         return None
     try:
-        return re.compile(regex)
-    except (re.error, RecursionError, OverflowError, ValueError) as exc:
-        return str(exc)
+        return compile_pattern(regex)
+    except ValueError as refused:
+        return str(refused)
 
 
 

@@ -51,7 +51,7 @@ CHECK_OF_REASON: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"^no answer was recorded|^the answer record carries no text", "answer"),
         (r"^the answer does not match /", "answer_must_match"),
         (r"^the answer matches /", "answer_must_not_match"),
-        (r"^the pattern /.*/ does not compile", "answer_pattern"),
+        (r"^the pattern /.*/ (?:does not compile|uses |writes a repeat)", "answer_pattern"),
         (r"could not be read; this mission allows", "max_reply_rejected"),
         (r"^the run was STAGED", "must_not_stage"),
     )

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import re
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalkit.eval.suite import Mission
 from evalkit.eval.summary import RunSummary
+from evalkit.patterns import compile_pattern
 
 #: The KPI names, in report order. A value the stream does not carry is None.
 KPI_NAMES: tuple[str, ...] = (
@@ -208,10 +208,11 @@ def _ignores_case(*patterns: tuple[str, ...] | None) -> bool:
 def _search(pattern: str, answer: str, lowered: str | None = _UNSET) -> bool | str:
     """Whether the pattern is found, or the sentence saying it cannot be used.
 
-    The meaning is ``re.search``'s. Most answer patterns are plain words,
-    though, and a case-insensitive regex scan of a long answer that does not
-    contain them is the slowest step of a verdict; those are answered by a
-    substring test that finds exactly what the regex would. ``lowered`` is
+    The meaning is RE2's search (``evalkit.patterns``: linear in the answer,
+    whatever the pattern). Most answer patterns are plain words, though, and
+    a case-insensitive regex scan of a long answer that does not contain them
+    is the slowest step of a verdict; those are answered by a substring test
+    that finds exactly what the regex would. ``lowered`` is
     ``answer.lower()`` when the answer is ASCII and None when it is not, if
     the caller has it already.
     """
@@ -224,19 +225,9 @@ def _search(pattern: str, answer: str, lowered: str | None = _UNSET) -> bool | s
         if lowered is not None:  # no character outside ASCII can fold onto these
             return literal in lowered
     try:
-        return _compiled(pattern).search(answer) is not None
-    except re.error as exc:
-        return f"the pattern /{pattern}/ does not compile ({exc}); this check cannot pass"
-
-
-@functools.lru_cache(maxsize=4096)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    """``re.compile`` without its FutureWarnings (``[[`` "may become a nested set"):
-    the pattern means today what ``re.search`` makes of it, and a Python
-    warning in the middle of a score report reads as a fault of evalkit's."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return re.compile(pattern)
+        return compile_pattern(pattern).search(answer) is not None
+    except ValueError as refused:
+        return f"the pattern /{pattern}/ {refused}; this check cannot pass"
 
 
 #: Characters that stand for themselves in a regex, outside a character class.

@@ -37,6 +37,7 @@ from typing import Any
 from evalkit.grounding import text as tx
 from evalkit.grounding.grammar import CHECKS, Grammar
 from evalkit.grounding.report import Report, Row
+from evalkit.patterns import Pattern
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def _figure_tokens(answer: _Answer, grammar: Grammar) -> list[tuple[str, Decimal
     return [(w, v) for w, v in tokens if not _ignored(w, grammar)]
 
 
-def _pattern_figures(pattern: re.Pattern[str], text: str) -> list[tuple[str, Decimal]]:
+def _pattern_figures(pattern: Pattern, text: str) -> list[tuple[str, Decimal]]:
     """(as written, value) of each ``number_pattern`` match: its first group when it has one."""
     out = []
     for match in pattern.finditer(text):

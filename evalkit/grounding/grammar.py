@@ -22,12 +22,12 @@ check over nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.patterns import Pattern, compile_pattern
 
 #: The checks, in report order.
 CHECKS: tuple[str, ...] = ("identifiers", "figures", "claims", "planes")
@@ -70,9 +70,9 @@ class Grammar:
     figures_from: tuple[str, ...] | None = None
     claim_table: bool = False
     planes: Any = ()
-    identifier_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False,
+    identifier_re: Pattern | None = field(init=False, repr=False, compare=False,
                                                   default=None)
-    number_re: re.Pattern[str] | None = field(init=False, repr=False, compare=False,
+    number_re: Pattern | None = field(init=False, repr=False, compare=False,
                                               default=None)
 
     def __post_init__(self) -> None:
@@ -142,16 +142,17 @@ def _configured(identifier: Any, number: Any, figures_from: Any, claim_table: An
     return found
 
 
-def _pattern(key: str, value: Any, problems: list[str]) -> re.Pattern[str] | None:
+def _pattern(key: str, value: Any, problems: list[str]) -> Pattern | None:
+    """The compiled pattern (RE2: it runs on the model's answer and tool output), or None."""
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         problems.append(f"{key} must be a regular expression (a non-empty string)")
         return None
     try:
-        compiled = re.compile(value)
-    except re.error as exc:
-        problems.append(f"{key} /{value}/ does not compile: {exc}")
+        compiled = compile_pattern(value)
+    except ValueError as refused:
+        problems.append(f"{key} /{value}/ {refused}")
         return None
     if compiled.fullmatch(""):
         problems.append(f"{key} /{value}/ matches the empty string")

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from evalkit.patterns import Pattern
+
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^\n`]*$")
 
 #: A number as it is written: digits with optional thousands groups and decimals.
@@ -81,7 +83,7 @@ def mask(text: str, spans: Iterable[tuple[int, int]]) -> str:
     return "".join(chars)
 
 
-def mask_pattern(text: str, pattern: re.Pattern[str]) -> str:
+def mask_pattern(text: str, pattern: Pattern) -> str:
     return mask(text, (m.span() for m in pattern.finditer(text)))
 
 

@@ -35,6 +35,7 @@ from evalkit.runtime import prompts
 from evalkit.runtime.backends import ModelBackend, Reply, ScriptExhausted
 from evalkit.runtime.cancel import Cancelled, CancelToken
 from evalkit.runtime.governance import Governor
+from evalkit.runtime.inflight import OutOfTime, within
 from evalkit.runtime.protocol import Answer, Call, Protocol, Rejection, make_protocol
 from evalkit.runtime.usage import UsageLedger
 from evalkit.runtime.waits import ModelUnavailable, WaitPolicy, call_with_waits
@@ -414,16 +415,26 @@ class Run:
                 "which": "steps", "limit": self.bounds.steps, "spent": taken})
 
     def _check_clock(self) -> None:
-        spent = time.monotonic() - self._t0
-        if self.bounds.seconds is not None and spent >= self.bounds.seconds:
-            raise _Finish("budget_exhausted", budget={
-                "which": "seconds", "limit": self.bounds.seconds, "spent": round(spent, 3)})
+        if self.bounds.seconds is not None and time.monotonic() - self._t0 >= self.bounds.seconds:
+            raise self._out_of_time()
+
+    def _deadline(self) -> float | None:
+        """The ``time.monotonic()`` instant the mission's seconds run out; None: no clock."""
+        return None if self.bounds.seconds is None else self._t0 + self.bounds.seconds
+
+    def _out_of_time(self) -> _Finish:
+        """How a run whose seconds ran out ends, whether between calls or during one."""
+        return _Finish("budget_exhausted", budget={
+            "which": "seconds", "limit": self.bounds.seconds,
+            "spent": round(time.monotonic() - self._t0, 3)})
 
     def _refresh(self) -> list[str] | None:
         """Re-list the plane at a step boundary; the new names when the catalogue changed."""
         try:
-            if not self.plane.refresh():
+            if not within(self._deadline(), self.plane.refresh, what="refresh"):
                 return None
+        except OutOfTime:
+            raise self._out_of_time() from None
         except Exception:  # a server that died: its calls fail as ordinary results instead
             return None
         new = [d.as_dict() for d in self.governor.offer(self.plane.catalogue())]
@@ -457,10 +468,11 @@ class Run:
     def _complete(self, index: int, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None, kind: str) -> Reply:
         """One model call, waited out, metered and recorded (failed calls too)."""
+        self._check_clock()  # a call begun past the deadline would only be abandoned
         request = {"messages": messages, "extra": _with({
             **self.model.describe(), "protocol": self.protocol.name, "tools": tools},
             branch=self.branch)}
-        deadline = None if self.bounds.seconds is None else self._t0 + self.bounds.seconds
+        deadline = self._deadline()
 
         def state(name: str, detail: str | None, since_s: float, retry: float | None) -> None:
             self._emit(_with({"event": "model_state", "state": name,
@@ -470,9 +482,13 @@ class Run:
 
         try:
             reply = call_with_waits(
-                lambda: self.model.complete(messages, tools, kind=kind),
+                lambda: within(deadline, lambda: self.model.complete(messages, tools, kind=kind),
+                               what="model-call"),
                 policy=self.bounds.waits, deadline=deadline, on_state=state,
                 pause=self.token.pause)
+        except OutOfTime:
+            self._record_call(kind, request, {"error": ABANDONED.format(what="the model call")})
+            raise self._out_of_time() from None
         except (ModelUnavailable, ScriptExhausted) as exc:
             self._record_call(kind, request, {"error": str(exc)})
             raise _CallFailed(str(exc)) from None
@@ -502,8 +518,8 @@ class Run:
             verdict = self._stand_at_gate(index, call, verdict)
         self._emit(_with({"event": "tool_call", "index": index, "tool": call.tool,
                           "arguments": dict(call.arguments)}, usage=usage, call=ordinal or None))
-        result = self.governor.carry_out(self.plane, call.tool, dict(call.arguments), verdict,
-                                         index=index)
+        result = self.governor.carry_out(_Clocked(self.plane, self._deadline()), call.tool,
+                                         dict(call.arguments), verdict, index=index)
         handle = self.results.put(result.output)
         if self._writer is not None:
             with self.token.shield():
@@ -517,6 +533,7 @@ class Run:
                          call=ordinal or None))
         note = prompts.result_note(call.tool, handle, result.ok, result.exit_code, view)
         self._messages.append(self.protocol.result_message(call, note))
+        self._check_clock()  # a call that ran past the deadline (or was abandoned there) ends it
 
     def _stand_at_gate(self, index: int, call: Call, verdict: Verdict) -> Verdict:
         """``gate_requested``, then wait (``--gate-wait``) for a person; none -> awaiting."""
@@ -525,8 +542,7 @@ class Run:
         self._emit({"event": "gate_requested", "index": index, "tool": call.tool,
                     "arguments": dict(call.arguments), "reason": gate.reason,
                     "approval_id": gate.approval_id, "digest": gate.digest})
-        deadline = None if self.bounds.seconds is None else self._t0 + self.bounds.seconds
-        decided = self.governor.await_decision(gate, self.control, self.token, deadline)
+        decided = self.governor.await_decision(gate, self.control, self.token, self._deadline())
         if decided is None:
             raise _Finish("awaiting_approval")
         return decided
@@ -572,6 +588,31 @@ class Run:
 
     def _names(self) -> list[str]:
         return [tool["name"] for tool in self._catalogue]
+
+
+#: What a call still running when the mission's seconds ran out left in the record.
+ABANDONED = "abandoned: the mission's seconds ran out while {what} was running"
+
+
+class _Clocked:
+    """The plane as the governor dispatches through it: never past the mission's deadline.
+
+    A call still running at the deadline is abandoned (``evalkit.runtime.inflight``)
+    and comes back as a failing result saying so, which the governor audits and
+    the loop records like any other before it ends the run.
+    """
+
+    def __init__(self, plane: ToolPlane, deadline: float | None) -> None:
+        self.plane, self.deadline = plane, deadline
+
+    def dispatch(self, name: str, arguments: dict[str, Any]) -> Any:
+        from evalkit.runtime.tools import ToolResult
+
+        try:
+            return within(self.deadline, lambda: self.plane.dispatch(name, arguments),
+                          what=f"tool-{name}")
+        except OutOfTime:
+            return ToolResult.failure(ABANDONED.format(what=name), None)
 
 
 def _watchers(supervised: bool, grammar: Grammar | None) -> tuple[Any, Any]:

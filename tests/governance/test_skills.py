@@ -84,6 +84,9 @@ def test_unknown_keys_are_refused_in_one_message() -> None:
     ("---\nname: x\ngrounding: [a]\n---\n", "'grounding' must be a mapping"),
     ("---\nname: x\ngrounding: {claims_only: true}\n---\n", "unknown key 'claims_only'"),
     ("---\nname: x\ngrounding: {identifier_pattern: '(['}\n---\n", "does not compile"),
+    ("---\nname: x\ngrounding: {number_pattern: '\\d+(?= tests)'}\n---\n",
+     "number_pattern /\\d+(?= tests)/ uses lookahead, which RE2 cannot match in linear time; "
+     "rewrite it without"),
     ("---\nname: x\ngrounding: {max_repairs: -1}\n---\n", "max_repairs"),
     ("---\nname: x\ngrounding: {must_cite: {identifiers: x}}\n---\n", "must_cite"),
     ("---\nname: x\ngrounding: {planes: {compute: {tools: run_python_code}}}\n---\n", "planes"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -304,3 +305,15 @@ def test_evidence_from_stream_records() -> None:
     assert item.code and item.handle == "r1"
     assert validate("12480", FIGURES, [item]).unsupported == ["12480"]
     assert validate("12480", FIGURES, evidence_from_records(records)).grounded
+
+
+# --- a grammar's patterns run on the model's text in linear time ----------------------------
+
+def test_a_hostile_answer_cannot_stall_a_nested_quantifier_grammar() -> None:
+    """``(a|aa)+!`` backtracks ~2^n times on a long run of a's in Python's re; not in RE2."""
+    grammar = Grammar(identifier_pattern=r"\b(a|aa)+!", number_pattern=r"(\d+)+x")
+    hostile = "a" * 50_000 + " " + "1" * 50_000
+    began = time.monotonic()
+    report = validate(hostile, grammar, [Evidence("mcp.echo", {}, True, hostile)], tools=TOOLS)
+    assert time.monotonic() - began < 2
+    assert row(report, "identifiers")["verdict"] == "nothing_considered"

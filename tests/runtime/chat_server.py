@@ -4,13 +4,16 @@ Standard library only: ``http.server`` in a thread on 127.0.0.1, port chosen
 by the OS. Replies are queued in advance and served in order. A queued
 ``reply`` is rendered the way the request asked — one JSON body, or SSE
 chunks when the request says ``"stream": true`` — so one queue works for both
-modes. ``status`` queues an error response (429, 503, ...) with headers.
-Every request body is kept in ``requests``.
+modes. ``status`` queues an error response (429, 503, ...) with headers;
+``stall`` queues a request that is never answered: it is held open until the
+client hangs up, and ``hung_up`` is set then. Every request body is kept in
+``requests``.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 from collections import deque
@@ -30,6 +33,8 @@ class Canned:
     message_extra: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     error: str = "error"
+    #: Never answer: hold the request until the client hangs up.
+    stalls: bool = False
 
 
 class ChatServer:
@@ -38,6 +43,9 @@ class ChatServer:
     def __init__(self) -> None:
         self.queue: deque[Canned] = deque()
         self.requests: list[dict[str, Any]] = []
+        #: Set when a client hung up on a stalled request.
+        self.hung_up = threading.Event()
+        self._closing = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,),
                                         daemon=True)
@@ -58,11 +66,16 @@ class ChatServer:
         """Queue an error status with optional headers (e.g. Retry-After)."""
         self.queue.append(Canned(status=code, headers=headers or {}, error=error))
 
+    def stall(self) -> None:
+        """Queue a request that is never answered (a model that hangs mid-call)."""
+        self.queue.append(Canned(stalls=True))
+
     def __enter__(self) -> ChatServer:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -131,6 +144,9 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             server.requests.append(request)
             canned = server.queue.popleft() if server.queue else Canned(
                 status=500, error="the test queued no reply for this request")
+            if canned.stalls:
+                self._hold()
+                return
             if canned.status != 200:
                 self._send(canned.status, {"error": {"message": canned.error}}, canned.headers)
                 return
@@ -147,6 +163,15 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(f"data: {json.dumps(piece)}\n\n".encode())
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            self.close_connection = True
+
+        def _hold(self) -> None:
+            """Say nothing until the client closes the connection (or the server stops)."""
+            while not server._closing.is_set():
+                readable, _, _ = select.select([self.connection], [], [], 0.05)
+                if readable and not self.connection.recv(1024):
+                    server.hung_up.set()
+                    break
             self.close_connection = True
 
         def _send(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -121,3 +125,63 @@ def test_symlink_that_stays_inside_is_followed(plane: ToolPlane, root: Path) -> 
     assert fs(plane, action="read", path="alias.txt").output == "deeper\n"
     listing = fs(plane, action="list").output.splitlines()
     assert f"alias.txt -> {os.readlink(root / 'alias.txt')}" in listing
+
+
+# -- what is not a regular file or a folder is refused at once --------------------------
+
+def _at_once(call: Callable[[], ToolResult], seconds: float = 5.0) -> ToolResult:
+    """``call()``'s result, failing the test (not hanging it) if it blocks."""
+    done: list[ToolResult] = []
+    worker = threading.Thread(target=lambda: done.append(call()), daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(seconds)
+    assert done, f"the fs call was still blocked after {seconds:g} s"
+    assert time.monotonic() - started < 1.0
+    return done[0]
+
+
+def test_reading_a_fifo_with_no_writer_is_refused_at_once(plane: ToolPlane, root: Path) -> None:
+    os.mkfifo(root / "pipe")
+    result = _at_once(lambda: fs(plane, action="read", path="pipe"))
+    assert refused(result, "'pipe' is a FIFO (named pipe); only regular files and folders are opened")
+
+
+def test_writing_a_fifo_with_no_reader_is_refused_at_once(plane: ToolPlane, root: Path) -> None:
+    os.mkfifo(root / "pipe")
+    result = _at_once(lambda: fs(plane, action="write", path="pipe", content="x"))
+    assert refused(result, "'pipe' is a FIFO (named pipe)")
+
+
+def test_writing_a_fifo_someone_reads_writes_nothing_into_it(plane: ToolPlane,
+                                                            root: Path) -> None:
+    os.mkfifo(root / "pipe")
+    reader = os.open(root / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        result = _at_once(lambda: fs(plane, action="write", path="pipe", content="planted"))
+        assert refused(result, "'pipe' is a FIFO (named pipe)")
+        assert os.read(reader, 100) == b""  # nothing was written into it
+    finally:
+        os.close(reader)
+
+
+def test_listing_a_fifo_is_refused_and_a_folder_holding_one_lists(plane: ToolPlane,
+                                                                  root: Path) -> None:
+    os.mkfifo(root / "sub" / "pipe")
+    assert refused(_at_once(lambda: fs(plane, action="list", path="sub/pipe")), "is a FIFO")
+    assert _at_once(lambda: fs(plane, action="list", path="sub")).output == "deep.txt\npipe"
+
+
+def test_a_socket_is_refused_for_read_and_write(plane: ToolPlane, root: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(root / "sock"))
+        listening.listen()
+        assert refused(_at_once(lambda: fs(plane, action="read", path="sock")), "is a socket")
+        assert refused(_at_once(lambda: fs(plane, action="write", path="sock", content="x")),
+                       "is a socket")
+
+
+def test_a_link_to_a_fifo_inside_the_root_is_refused_too(plane: ToolPlane, root: Path) -> None:
+    os.mkfifo(root / "pipe")
+    (root / "alias").symlink_to(root / "pipe")
+    assert refused(_at_once(lambda: fs(plane, action="read", path="alias")), "is a FIFO")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from evalkit.runtime.tools import ToolResult
 from evalkit.runtime.tools.coding import occurrences
 from tests.tools_packs.conftest import make_plane
 
@@ -261,3 +263,21 @@ def test_patch_argument_shapes(tmp_path: Path) -> None:
     assert invalid.exit_code is None and "invalid arguments for patch" in invalid.error
     assert plane.dispatch("patch", {"path": ".", "old": "", "new": ""}).error.startswith(
         ".: that is the repository root")
+
+
+def test_a_fifo_in_the_tree_never_holds_repo_map_or_patch(tmp_path: Path) -> None:
+    """Both read files in-process: a FIFO the agent made is refused, not waited on."""
+    (tmp_path / "real.py").write_text("def real():\n    pass\n")
+    os.mkfifo(tmp_path / "trap.py")
+    plane = make_plane(tmp_path)
+    found: list[ToolResult] = []
+    worker = threading.Thread(daemon=True, target=lambda: found.extend((
+        plane.dispatch("repo_map", {}),
+        plane.dispatch("patch", {"path": "trap.py", "old": "x", "new": "y"}))))
+    worker.start()
+    worker.join(5)
+    assert len(found) == 2, "a tool was still blocked on the FIFO after 5 s"
+    mapped, patched = found
+    assert "def real()" in mapped.output and "trap.py" in mapped.output
+    assert "'trap.py' is a FIFO (named pipe); only regular files and folders are opened" \
+        in patched.error

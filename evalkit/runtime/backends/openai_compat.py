@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import email.utils
 import os
+import socket
+import threading
 import time
 from typing import Any
 
 from evalkit.runtime.backends import EndpointWait, Reply
+from evalkit.runtime.inflight import undo_on_abandon
 
 #: Keys of a tool call that are the call itself; anything else is a provider extra.
 _CALL_KEYS = frozenset({"id", "type", "function", "index"})
@@ -40,8 +43,11 @@ class OpenAIBackend:
         self.stream = stream
         # Local endpoints need no key, but the SDK insists on one being set.
         key = api_key or os.environ.get("OPENAI_API_KEY") or "unused"
+        self._sockets = _Sockets()
         self._client = openai.OpenAI(api_key=key, base_url=base_url,
-                                     max_retries=0, timeout=timeout_s)
+                                     max_retries=0, timeout=timeout_s,
+                                     http_client=openai.DefaultHttpxClient(
+                                         event_hooks={"request": [self._sockets.watch]}))
 
     def describe(self) -> dict[str, Any]:
         return {"provider": self.provider, "model": self.model, "base_url": self.base_url,
@@ -53,9 +59,10 @@ class OpenAIBackend:
         if tools:
             params.update(tools=tools, tool_choice="required", parallel_tool_calls=True)
         try:
-            if self.stream:
-                return self._streamed(params)
-            return self._whole(params)
+            with undo_on_abandon(self._sockets.sever):  # the mission's seconds ran out
+                if self.stream:
+                    return self._streamed(params)
+                return self._whole(params)
         except self._openai.APIStatusError as exc:
             raise _status_wait(exc) from None
         except self._openai.APIConnectionError as exc:
@@ -106,6 +113,39 @@ class OpenAIBackend:
         calls = [slots[i] for i in sorted(slots)]
         return Reply(content="".join(text) if text else None, tool_calls=calls, usage=usage,
                      extras=extras)
+
+
+class _Sockets:
+    """The sockets this backend's HTTP client opened, so a call left waiting can be cut off.
+
+    Closing a client does not wake a thread blocked reading a socket;
+    shutting the socket down does, and tells the endpoint the request is
+    gone. The client reports every connection it opens to ``note`` (the
+    ``trace`` request extension, set on each request by ``watch``).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+
+    def watch(self, request: Any) -> None:
+        request.extensions["trace"] = self.note
+
+    def note(self, event: str, info: dict[str, Any]) -> None:
+        if event.endswith(("connect_tcp.complete", "connect_unix_socket.complete")):
+            sock = info["return_value"].get_extra_info("socket")
+            if sock is not None:
+                with self._lock:
+                    self._open = [s for s in self._open if s.fileno() != -1] + [sock]
+
+    def sever(self) -> None:
+        with self._lock:
+            sockets, self._open = self._open, []
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already
 
 
 def _merge_call(slots: dict[int, dict[str, Any]], piece: dict[str, Any]) -> None:

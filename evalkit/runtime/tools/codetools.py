@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from evalkit.runtime.inflight import undo_on_abandon
 from evalkit.runtime.tools.descriptor import ToolResult
 from evalkit.runtime.tools.sandbox import NoSandbox, Sandbox
 
@@ -115,7 +116,8 @@ def run_process(argv: list[str], *, cwd: Path, stdin: bytes | None = None,
         threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True).start()
     timed_out = False
     try:
-        proc.wait(timeout=timeout_s)
+        with undo_on_abandon(lambda: _abandon(proc)):
+            proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
@@ -136,6 +138,15 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+def _abandon(proc: subprocess.Popen[bytes]) -> None:
+    """The mission's seconds ran out: kill the group now (the waiting thread then reaps it)."""
+    if proc.returncode is None:  # once reaped, its pid may be someone else's
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class CodeRunner:

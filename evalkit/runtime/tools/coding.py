@@ -45,7 +45,7 @@ from evalkit.runtime.tools.codetools import (
     tool_environment,
 )
 from evalkit.runtime.tools.descriptor import ToolDescriptor, ToolResult, object_schema
-from evalkit.runtime.tools.fsroot import PathRefused, resolve_in_root
+from evalkit.runtime.tools.fsroot import PathRefused, read_regular, resolve_in_root
 from evalkit.runtime.tools.sandbox import NoSandbox, Sandbox
 
 #: The coding built-ins, in catalogue order.
@@ -349,7 +349,9 @@ def file_symbols(path: Path) -> tuple[list[Symbol], str]:
     if size > MAX_PARSE_BYTES:
         return [], f"{size} bytes; not parsed"
     try:
-        data = path.read_bytes()
+        data = read_regular(path, path.name, MAX_PARSE_BYTES)
+    except PathRefused:
+        return [], "not a regular file; not read"
     except OSError as exc:
         return [], f"unreadable: {exc.strerror or exc}"
     if b"\x00" in data[:8192]:
@@ -532,7 +534,10 @@ def _stage_edit(root: Path, edit: dict[str, Any], pending: dict[Path, _Pending])
         if target.exists():
             if target.stat().st_size > MAX_PATCH_BYTES:
                 return f"file is larger than {MAX_PATCH_BYTES} bytes; patch edits smaller files"
-            data = target.read_bytes()
+            try:
+                data = read_regular(target, shown, MAX_PATCH_BYTES)
+            except PathRefused as refused:
+                return str(refused)
             try:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
