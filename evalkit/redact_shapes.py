@@ -12,6 +12,8 @@ literal character, so the regex engine skips ahead to candidate characters
 instead of trying each branch at every position. The "no word character
 before" checks therefore come after that first character, as lookbehinds
 covering it: ``s(?<![A-Za-z0-9_-]s)k-`` is "sk-" not preceded by a word char.
+A JSON escape (``\n``, ``\t``, ``\r``) before a word is a boundary too, though
+it ends in a letter: a model's reply is often JSON text inside a string.
 
 A shape either replaces its whole match, or keeps a prefix (a header name, a
 ``password:``, a URL's ``scheme://user:``) and replaces its one capture group,
@@ -31,10 +33,16 @@ REDACTED = "[REDACTED]"
 MIN_SECRET_LEN = 6
 
 
+def _after_boundary(before: str, covered: str = "") -> str:
+    """Asserts that what precedes ``covered`` (just matched) is not in ``before``, or is a
+    JSON escape of a line break or tab."""
+    return f"(?:(?<!{before}{covered})|(?<=\\\\[nrt]{covered}))"
+
+
 def _starting(literal: str, before: str, rest: str) -> str:
     """``literal`` + ``rest``, where the character before ``literal`` is not in ``before``."""
     first = re.escape(literal[0])
-    return first + f"(?<!{before}{first})" + re.escape(literal[1:]) + rest
+    return first + _after_boundary(before, first) + re.escape(literal[1:]) + rest
 
 
 _WORD = "[A-Za-z0-9_]"
@@ -52,30 +60,33 @@ _SLACK = _starting("xox", _WORD, r"[abposr]-[A-Za-z0-9-]{10,}")
 # A JSON Web Token: base64url header and payload (both JSON objects, so both "eyJ"),
 # then a signature, which an unsigned token leaves empty.
 _B64URL = "[A-Za-z0-9_-]"
-_JWT = f"eyJ(?<!{_B64URL}eyJ){_B64URL}{{8,}}\\.eyJ{_B64URL}{{8,}}\\.{_B64URL}*"
+_JWT = f"eyJ{_after_boundary(_B64URL, 'eyJ')}{_B64URL}{{8,}}\\.eyJ{_B64URL}{{8,}}\\.{_B64URL}*"
 
 # -- shapes whose prefix is kept; the secret is the one capture group -----------------------
 
 _BEARER_TOKEN = r"[ \t]+([A-Za-z0-9._~+/=_-]{8,})"
-_AUTH_VALUE = r"[\"']?[ \t]*:[ \t]*(" + _QUOTED + r"|[\"']?[^\s\"'][^\r\n\"']*)"
+_AUTH_VALUE = (r"[\"']?[ \t]*:[ \t]*(" + _QUOTED
+               + r"|[\"']?[^\s\"'\\](?:[^\r\n\"'\\]|\\(?![\\nrt\"']))*)")  # to the line's end
 _BEARER = "|".join(_starting(w, _WORD, _BEARER_TOKEN) for w in ("Bearer", "bearer", "BEARER"))
 _AUTHORIZATION = "|".join(_starting(w, _WORD, _AUTH_VALUE)
                           for w in ("Authorization", "authorization", "AUTHORIZATION"))
 
 # NAME_KEY=value and friends, anchored on the "=": the name is checked behind it.
 _NAMES = ("_KEY", "_CREDENTIAL", "_CREDENTIALS", *(
-    f"(?<![A-Za-z0-9]){bare}" for bare in ("APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")))
+    _after_boundary("[A-Za-z0-9]") + bare
+    for bare in ("APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")))
 _ASSIGN = ("=(?i:" + "|".join(f"(?<={name}{gap}=)" for gap in ("", "[ \t]") for name in _NAMES)
-           + r")(?!=)[ \t]*(?:(" + _QUOTED + r")|(?:\\?[\"'])?" + _NOT_AGAIN
-           + r"((?:[^\s\"'\\&]|\\(?![\"']))+))")
+           + r")(?!=)[ \t]*(?:(" + _QUOTED + r")|(?:\\*[\"'])?" + _NOT_AGAIN
+           + r"((?:[^\s\"'\\&]|\\(?![\\\"'nrt]))+))")
 
 # password: x, "token": "x", X-Api-Key: x … anchored on the ":", the name checked behind
 # it. A bare name (YAML, a header, prose) needs a space after its colon, so that code
 # such as ``token::Kind`` or ``s[token:end]`` is left alone; a quoted one (JSON) need not.
 _COLON_NAMES = ("password", "passwd", "token", "secret", "api-key", "api_key", "apikey")
-_BARE_NAME = "|".join(f"(?<=(?<![A-Za-z0-9]){name}:)" for name in _COLON_NAMES)
-_QUOTED_NAME = "|".join(f"(?<=(?<![A-Za-z0-9]){name}{re.escape(quote)}{gap}:)"
-                        for name in _COLON_NAMES for quote in ('"', "'", '\\"')
+_NAME_START = _after_boundary("[A-Za-z0-9]")
+_BARE_NAME = "|".join(f"(?<={_NAME_START}{name}:)" for name in _COLON_NAMES)
+_QUOTED_NAME = "|".join(f"(?<={_NAME_START}{name}{re.escape(quote)}{gap}:)"
+                        for name in _COLON_NAMES for quote in ('"', "'", '\\"', '\\\\\\"')
                         for gap in ("", " "))
 # What follows such a colon and is no secret: a type annotation (``password: str``; in
 # ``password: str = "x"`` the secret is the quoted value after the "="), the empty values
@@ -85,12 +96,12 @@ _EMPTY = r"(?:None|null|nil|true|false|True|False|undefined|\$\{[A-Za-z_][A-Za-z
 _ANNOTATION = _TYPE + r"(?![A-Za-z0-9_])[^\r\n=\"']{0,40}?=[ \t]*"  # bounded: no backtracking
 _NOT_A_VALUE = r"(?!(?:" + _TYPE + "|" + _EMPTY + r")(?![A-Za-z0-9_]))"
 # The value: quoted (with a letter or digit in it: ``token: '<'`` in a parser's error is
-# no secret; JSON's escapes inside), or a bare run up to a space, a quote, a separator or
-# a closing bracket.
+# no secret; JSON's escapes inside), or a bare run up to a space, a quote, a separator, a
+# closing bracket or a JSON-escaped quote, line break or tab.
 _COLON_QUOTED = (r"\"(?=[^\"\r\n]*[A-Za-z0-9])(?:[^\"\\\r\n]|\\[^\r\n])+\""
                  r"|'(?=[^'\r\n]*[A-Za-z0-9])[^'\r\n]+'")
-_COLON_BARE = (r"(?:\\?[\"'])?" + _NOT_AGAIN + _NOT_A_VALUE
-               + r"(?=[^\s\"'\\,;}\]]*[A-Za-z0-9])((?:[^\s\"'\\,;}\]]|\\(?![\"']))+)")
+_COLON_BARE = (r"(?:\\*[\"'])?" + _NOT_AGAIN + _NOT_A_VALUE
+               + r"(?=[^\s\"'\\,;}\]]*[A-Za-z0-9])((?:[^\s\"'\\,;}\]]|\\(?![\\\"'nrt]))+)")
 _COLON_VALUE = "(?:(?:" + _ANNOTATION + ")?(" + _COLON_QUOTED + ")|" + _COLON_BARE + ")"
 _COLON = (":(?!:)(?i:" + _BARE_NAME + r")[ \t]+" + _COLON_VALUE
           + "|:(?i:" + _QUOTED_NAME + r")[ \t]*" + _COLON_VALUE)
@@ -104,7 +115,7 @@ _URL_PASSWORD = (r":(?<=[A-Za-z0-9+.-]:)//[^\s/?#@:\"'<>]*:" + _NOT_AGAIN
 # an encrypted key) replaced up to the END line, which is kept. Line breaks may be
 # real or JSON-escaped. A key cut short (a truncated output) loses all of its body.
 _PEM_CHAR = r"(?:[A-Za-z0-9+/=:,. \t]|-(?!----))"
-_PEM_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
+_PEM_BREAK = r"(?:\r?\n|(?:\\+r)?\\+n)"  # real, or escaped once or more
 _PEM_BEGIN = r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
 _PEM = (_PEM_BEGIN + r"[ \t]*" + _PEM_BREAK
         + "((?:" + _PEM_CHAR + "|(?:" + _PEM_BREAK + ")+(?=" + _PEM_CHAR + "))+)")

@@ -273,6 +273,27 @@ def test_prose_and_code_about_secrets_are_left_alone(text: str) -> None:
     assert redact(text) == text
 
 
+def test_json_escaped_line_breaks_are_boundaries_and_ends() -> None:
+    """A model's reply in the json protocol is JSON text, recorded inside a string."""
+    lines = ["intro", "password: hunter2", SECRETS[0], f"Bearer {'t' * 12}",
+             "Authorization: Basic dXNlcjpwYXNz", "API_TOKEN=abc123", JWT, "ok"]
+    escaped = json.dumps({"answer": "\n".join(lines)})
+    assert json.loads(redact(escaped))["answer"].split("\n") == [
+        "intro", f"password: {REDACTED}", REDACTED, f"Bearer {REDACTED}",
+        f"Authorization: {REDACTED}", f"API_TOKEN={REDACTED}", REDACTED, "ok"]
+
+
+def test_secrets_escaped_twice_are_found_too() -> None:
+    """A Python repr inside a JSON reply: line breaks and quotes escaped twice."""
+    code = f"raise RuntimeError({PEM + chr(10) + 'password: hunter2' + chr(10)!r})"
+    escaped = json.dumps(json.dumps({"tool": "run_python_code", "arguments": {"code": code}}))
+    out = redact(escaped)
+    assert "MIIEowIBAAKCAQEA" not in out and "hunter2" not in out
+    assert "-----BEGIN RSA PRIVATE KEY-----" in out and "password: " in out
+    quoted = json.dumps(json.dumps({"token": "abc12345"}))
+    assert "abc12345" not in redact(quoted)
+
+
 @pytest.mark.parametrize("text", [
     "password: str" + " " * 200_000 + "x",
     "password: " + "a" * 200_000,
