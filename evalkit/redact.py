@@ -123,9 +123,10 @@ class Redactor:
         self._extra: tuple[str, ...] = ()
         self._environ = environ
         self._lock = threading.Lock()
-        # (environment snapshot, scrubber), replaced as one tuple so a thread
-        # never sees a pattern paired with another snapshot's literals.
-        self._state: tuple[dict[Any, Any] | None, _Scrubber] = (None, _Scrubber(()))
+        # (environment snapshot, the known values it was built with, scrubber), replaced as
+        # one tuple so a thread never sees a pattern paired with other secrets.
+        self._state: tuple[dict[Any, Any] | None, tuple[str, ...], _Scrubber] = (
+            None, (), _Scrubber(()))
         self.add(extra_values)
 
     def add(self, values: Iterable[str]) -> None:
@@ -133,17 +134,17 @@ class Redactor:
         with self._lock:
             fresh = [s for v in values if isinstance(v, str) for s in _spellings(v)]
             self._extra = tuple(dict.fromkeys((*self._extra, *fresh)))
-            self._state = (None, self._state[1])  # rebuilt at the next call
 
     def _current(self) -> _Scrubber:
         environ = os.environ if self._environ is None else self._environ
         raw = _raw_environ(environ)
-        snapshot, scrubber = self._state
-        if snapshot is None or raw != snapshot:
+        extra = self._extra
+        snapshot, built_with, scrubber = self._state
+        if snapshot is None or built_with is not extra or raw != snapshot:
             secrets = [s for k, v in environ.items() if is_credential_name(k)
                        for s in _spellings(v)]
-            scrubber = _Scrubber(tuple(dict.fromkeys((*self._extra, *secrets))))
-            self._state = (dict(raw), scrubber)
+            scrubber = _Scrubber(tuple(dict.fromkeys((*extra, *secrets))))
+            self._state = (dict(raw), extra, scrubber)
         return scrubber
 
     def redact(self, text: str) -> str:
