@@ -11,7 +11,7 @@ How each pattern stays fast: every top-level alternative starts with a plain
 literal character, so the regex engine skips ahead to candidate characters
 instead of trying each branch at every position. The "no word character
 before" checks therefore come after that first character, as lookbehinds
-covering it: ``s(?<![A-Za-z0-9_-]s)k-`` is "sk-" not preceded by a word char.
+covering it: ``sk-(?<![A-Za-z0-9_-]sk-)`` is "sk-" not preceded by a word char.
 A JSON escape (``\n``, ``\t``, ``\r``) before a word is a boundary too, though
 it ends in a letter: a model's reply is often JSON text inside a string.
 
@@ -40,9 +40,12 @@ def _after_boundary(before: str, covered: str = "") -> str:
 
 
 def _starting(literal: str, before: str, rest: str) -> str:
-    """``literal`` + ``rest``, where the character before ``literal`` is not in ``before``."""
-    first = re.escape(literal[0])
-    return first + _after_boundary(before, first) + re.escape(literal[1:]) + rest
+    """``literal`` + ``rest``, where the character before ``literal`` is not in ``before``.
+
+    The check follows the whole literal, so most candidates fail on its second
+    character before any lookbehind is tried."""
+    escaped = re.escape(literal)
+    return escaped + _after_boundary(before, escaped) + rest
 
 
 _WORD = "[A-Za-z0-9_]"
@@ -54,8 +57,10 @@ _NOT_AGAIN = r"(?!\[REDACTED\])"  # a value already withheld is not withheld twi
 # -- shapes replaced whole ------------------------------------------------------------------
 
 _OPENAI = _starting("sk-", "[A-Za-z0-9_-]", r"[A-Za-z0-9_-]{16,}")            # OpenAI, Anthropic
-_GITHUB = _starting("g", _WORD, r"(?:h[pousr]_[A-Za-z0-9]{20,}|ithub_pat_[A-Za-z0-9_]{20,})")
-_AWS = _starting("A", "[A-Za-z0-9]", r"(?:KIA|SIA)[0-9A-Z]{16}(?![0-9A-Z])")  # AWS key ids
+_GITHUB = (_starting("gh", _WORD, r"[pousr]_[A-Za-z0-9]{20,}") + "|"
+           + _starting("github_pat_", _WORD, r"[A-Za-z0-9_]{20,}"))
+_AWS = "|".join(_starting(prefix, "[A-Za-z0-9]", r"[0-9A-Z]{16}(?![0-9A-Z])")  # AWS key ids
+                for prefix in ("AKIA", "ASIA"))
 _SLACK = _starting("xox", _WORD, r"[abposr]-[A-Za-z0-9-]{10,}")
 # A JSON Web Token: base64url header and payload (both JSON objects, so both "eyJ"),
 # then a signature, which an unsigned token leaves empty.
@@ -71,11 +76,20 @@ _BEARER = "|".join(_starting(w, _WORD, _BEARER_TOKEN) for w in ("Bearer", "beare
 _AUTHORIZATION = "|".join(_starting(w, _WORD, _AUTH_VALUE)
                           for w in ("Authorization", "authorization", "AUTHORIZATION"))
 
+def _ending(names: tuple[str, ...], gaps: tuple[str, ...], mark: str) -> str:
+    """A quick first check that a name of ``names`` may end just before ``mark`` (after one
+    of ``gaps``): their last three letters. Most candidates fail it, and never reach the
+    lookbehind per name and gap that follows it."""
+    tails = "|".join(sorted({name[-3:] for name in names}))
+    return "(?i:" + "|".join(f"(?<=(?:{tails}){gap}{mark})" for gap in gaps) + ")"
+
+
 # NAME_KEY=value and friends, anchored on the "=": the name is checked behind it.
-_NAMES = ("_KEY", "_CREDENTIAL", "_CREDENTIALS", *(
-    _after_boundary("[A-Za-z0-9]") + bare
-    for bare in ("APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")))
-_ASSIGN = ("=(?i:" + "|".join(f"(?<={name}{gap}=)" for gap in ("", "[ \t]") for name in _NAMES)
+_BARE_NAMES = ("APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+_NAMES = ("_KEY", "_CREDENTIAL", "_CREDENTIALS",
+          *(_after_boundary("[A-Za-z0-9]") + bare for bare in _BARE_NAMES))
+_ASSIGN = ("=" + _ending(("KEY", "CREDENTIAL", "CREDENTIALS", *_BARE_NAMES), ("", "[ \t]"), "=")
+           + "(?i:" + "|".join(f"(?<={name}{gap}=)" for gap in ("", "[ \t]") for name in _NAMES)
            + r")(?!=)[ \t]*(?:(" + _QUOTED + r")|(?:\\*[\"'])?" + _NOT_AGAIN
            + r"((?:[^\s\"'\\&]|\\(?![\\\"'nrt]))+))")
 
@@ -84,10 +98,11 @@ _ASSIGN = ("=(?i:" + "|".join(f"(?<={name}{gap}=)" for gap in ("", "[ \t]") for 
 # such as ``token::Kind`` or ``s[token:end]`` is left alone; a quoted one (JSON) need not.
 _COLON_NAMES = ("password", "passwd", "token", "secret", "api-key", "api_key", "apikey")
 _NAME_START = _after_boundary("[A-Za-z0-9]")
-_BARE_NAME = "|".join(f"(?<={_NAME_START}{name}:)" for name in _COLON_NAMES)
-_QUOTED_NAME = "|".join(f"(?<={_NAME_START}{name}{re.escape(quote)}{gap}:)"
-                        for name in _COLON_NAMES for quote in ('"', "'", '\\"', '\\\\\\"')
-                        for gap in ("", " "))
+_QUOTES = tuple(re.escape(q + gap) for q in ('"', "'", '\\"', '\\\\\\"') for gap in ("", " "))
+_BARE_NAME = _ending(_COLON_NAMES, ("",), ":") + "(?i:" + "|".join(
+    f"(?<={_NAME_START}{name}:)" for name in _COLON_NAMES) + ")"
+_QUOTED_NAME = _ending(_COLON_NAMES, _QUOTES, ":") + "(?i:" + "|".join(
+    f"(?<={_NAME_START}{name}{quote}:)" for name in _COLON_NAMES for quote in _QUOTES) + ")"
 # What follows such a colon and is no secret: a type annotation (``password: str``; in
 # ``password: str = "x"`` the secret is the quoted value after the "="), the empty values
 # of JSON, YAML and Python, and a ``${VARIABLE}`` reference.
@@ -103,8 +118,8 @@ _COLON_QUOTED = (r"\"(?=[^\"\r\n]*[A-Za-z0-9])(?:[^\"\\\r\n]|\\[^\r\n])+\""
 _COLON_BARE = (r"(?:\\*[\"'])?" + _NOT_AGAIN + _NOT_A_VALUE
                + r"(?=[^\s\"'\\,;}\]]*[A-Za-z0-9])((?:[^\s\"'\\,;}\]]|\\(?![\\\"'nrt]))+)")
 _COLON_VALUE = "(?:(?:" + _ANNOTATION + ")?(" + _COLON_QUOTED + ")|" + _COLON_BARE + ")"
-_COLON = (":(?!:)(?i:" + _BARE_NAME + r")[ \t]+" + _COLON_VALUE
-          + "|:(?i:" + _QUOTED_NAME + r")[ \t]*" + _COLON_VALUE)
+_COLON = (":(?!:)" + _BARE_NAME + r"[ \t]+" + _COLON_VALUE
+          + "|:" + _QUOTED_NAME + r"[ \t]*" + _COLON_VALUE)
 
 # scheme://user:password@host — the password; the user and the host are kept. The
 # password runs to the last "@" before the path, so one holding an "@" goes whole.
