@@ -132,6 +132,8 @@ CLI_FLAGS: tuple[dict[str, Any], ...] = (
     _flag("--model", "NAME", "model name sent to the endpoint", env="EVALKIT_MODEL"),
     _flag("--api-base", "URL", "OpenAI-compatible base URL (ends in /v1)", env="EVALKIT_API_BASE"),
     _flag("--api-key", "KEY", "endpoint key; never recorded", env="EVALKIT_API_KEY"),
+    _flag("--secret", "NAME", "an environment variable whose value is secret: never recorded "
+          "(it must be set; tool processes still get it)", repeatable=True),
     _flag("--script", "FILE", "scripted backend: a YAML/JSON list of replies served in order"),
     _flag("--no-stream", None, "ask the endpoint for whole replies instead of a stream"),
     _flag("--protocol", "json|native", "how the model calls tools (json is the default)"),

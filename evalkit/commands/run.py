@@ -45,6 +45,11 @@ def _common(fn: Any) -> Any:
                      show_default=True, help="local processes, or Ray tasks (shared storage)."),
         click.option("--ray-address", metavar="ADDR",
                      help="Ray cluster to join (default: RAY_ADDRESS, else a local one)."),
+        click.option("--secret", "secrets", metavar="NAME", multiple=True,
+                     help="An environment variable whose value is secret (repeatable; it must "
+                          "be set): scrubbed from everything the harness writes, and named to "
+                          "the built-in runtime with --secret so its records are scrubbed too "
+                          "(a spawn line's agent is told nothing: add it there)."),
         click.option("--quiet", is_flag=True, help="No progress display."),
         click.argument("spawn", nargs=-1, type=click.UNPROCESSED),
     ]
@@ -57,8 +62,8 @@ def _common(fn: Any) -> Any:
 @_common
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when a mission failed.")
 def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
-        variant: str | None, executor: str, ray_address: str | None, quiet: bool,
-        spawn: tuple[str, ...], allow_failures: bool) -> None:
+        variant: str | None, executor: str, ray_address: str | None, secrets: tuple[str, ...],
+        quiet: bool, spawn: tuple[str, ...], allow_failures: bool) -> None:
     """Spawn the agent once per mission, capture its stream, score it.
 
     The agent is everything after --, e.g. `-- my-agent --model m`; without one,
@@ -69,7 +74,7 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
     result = run_suite(suite_path, out, write=write_report_files, spawn=spawn or None,
                        split=split, jobs=jobs, timeout_s=timeout_s, variant=variant,
                        executor=executor, ray_address=ray_address, progress=not quiet,
-                       warn=lambda line: click.echo(line, err=True))
+                       warn=lambda line: click.echo(line, err=True), secrets=secrets)
     for half, data in result.report["halves"].items():
         c = data["categories"]
         click.echo(f"{half}: {c['pass']}/{data['totals']['missions']} passed; "
@@ -89,9 +94,9 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
 @click.option("--rescore", is_flag=True,
               help="Re-derive every report and the statistics of an existing --out; no agent.")
 def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
-            variant: str | None, executor: str, ray_address: str | None, quiet: bool,
-            spawn: tuple[str, ...], configs: tuple[str, ...], repeat: int,
-            rescore: bool) -> None:
+            variant: str | None, executor: str, ray_address: str | None,
+            secrets: tuple[str, ...], quiet: bool, spawn: tuple[str, ...],
+            configs: tuple[str, ...], repeat: int, rescore: bool) -> None:
     """Run a suite over a configuration matrix with repeats; compare every row with direct.
 
     Rows: direct (baseline), swarm, native, grounding, must-cite, claim-table, planes.
@@ -106,6 +111,6 @@ def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float
             suite_path, out, write=write_report_files, spawn=spawn or None, configs=configs,
             repeat=repeat, jobs=jobs, timeout_s=timeout_s, split=split, variant=variant,
             executor=executor, ray_address=ray_address, progress=not quiet,
-            warn=lambda line: click.echo(line, err=True))
+            warn=lambda line: click.echo(line, err=True), secrets=secrets)
     click.echo(matrix_mod.to_markdown(result.matrix), nl=False)
     click.echo(f"matrix: {out / 'matrix.json'}")

@@ -253,7 +253,8 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                   repeat: int = 1, jobs: int = 1, timeout_s: float = 600.0, split: str = "all",
                   variant: str | None = None, executor: str = "local",
                   ray_address: str | None = None, progress: bool = True,
-                  warn: Callable[[str], None] = lambda _: None) -> MeasureResult:
+                  warn: Callable[[str], None] = lambda _: None,
+                  secrets: Sequence[str] = ()) -> MeasureResult:
     """Run the matrix, score every rep, write ``matrix.json`` and ``matrix.md``."""
     suite = gate(suite_path)
     if repeat < 1:
@@ -264,7 +265,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
         raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
     rows = select(configs)
     missions = missions_in(suite, split)
-    agent = agent_for(suite, spawn, variant)
+    agent = agent_for(suite, spawn, variant, secrets)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
     out = fresh_folder(out)

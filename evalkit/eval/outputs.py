@@ -8,12 +8,15 @@ the disk filled before the scrub. Read through a pipe instead, each line is
 redacted before it is written, so a credential the agent prints never reaches
 the disk.
 
-Every credential shape the redactor knows lies within one line, so scrubbing
-line by line finds what scrubbing the whole text would; a line is held until
-its newline (or the end of the stream), however long, as the whole text was
-before. A secret value that itself holds a line break (a PEM key in an
-environment variable) could straddle two writes, so while the redactor knows
-one, the rest of the stream is held and scrubbed at its end, in memory.
+Every credential shape the redactor knows but one lies within one line, so
+scrubbing line by line finds what scrubbing the whole text would; a line is
+held until its newline (or the end of the stream), however long, as the whole
+text was before. The exception is a PEM private key: from its BEGIN line until
+the block is over, lines are held and scrubbed together (up to ``BLOCK_HOLD``
+bytes: a "key" longer than that is none). A secret value that itself holds a
+line break (a PEM key in an environment variable) could straddle two writes,
+so while the redactor knows one, the rest of the stream is held and scrubbed
+at its end, in memory.
 
 Bytes are kept as they came: a line is decoded with ``surrogateescape`` and
 encoded back the same way, so output that is not UTF-8, or has nothing to
@@ -42,6 +45,9 @@ POLL_S = 0.05
 
 #: Reads a stopped drain still makes while the pipes hold data.
 STOP_ROUNDS = 64
+
+#: The most a private-key block is held for before it is written (scrubbed) anyway.
+BLOCK_HOLD = 1 << 20
 
 
 class Sink(Protocol):
@@ -79,6 +85,9 @@ class Scrubbed:
             return
         cut = len(self._pending) - (len(chunk) - end - 1)
         lines = bytes(self._pending[:cut])
+        if b"PRIVATE KEY" in lines and len(lines) <= BLOCK_HOLD and self.redactor.must_wait(
+                lines.decode("utf-8", "surrogateescape")):
+            return
         del self._pending[:cut]
         self._write(lines)
 
@@ -185,4 +194,4 @@ def _close_quietly(fd: int) -> None:
         pass
 
 
-__all__ = ["CHUNK", "Drain", "Scrubbed", "Sink", "Verbatim"]
+__all__ = ["BLOCK_HOLD", "CHUNK", "Drain", "Scrubbed", "Sink", "Verbatim"]

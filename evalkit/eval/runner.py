@@ -68,7 +68,7 @@ from evalkit.eval.harness_files import (
 from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite
-from evalkit.redact import REDACTED, Redactor
+from evalkit.redact import REDACTED, Redactor, declared_secrets, is_credential_name, remember
 from evalkit.store.layout import EVENTS_FILE, MANIFEST_FILE
 from evalkit.store.replace import replace_file
 from evalkit.store.seal import Checker, seal_folder, seal_mission, signer_or_none
@@ -112,8 +112,18 @@ def script_variants(agents: Path, keys: Iterable[str]) -> list[str]:
 
 # -- credentials ------------------------------------------------------------------------------
 
-_SECRET_FLAG = re.compile(r"--?[A-Za-z0-9_-]*(?:key|token|secret|password|passwd|credential)"
-                          r"[A-Za-z0-9_-]*", re.IGNORECASE)
+#: A flag whose name says it takes a credential (``--api-key``, ``--token``): its value is
+#: withheld. Which words make a credential is ``evalkit.redact``'s one rule.
+_FLAG = re.compile(r"--?[A-Za-z0-9_-]+")
+#: Takes the *name* of a variable whose value is secret: the name is kept, the value known.
+SECRET_FLAG = "--secret"
+
+
+def _credential_flag(name: str) -> bool:
+    return name != SECRET_FLAG and _FLAG.fullmatch(name) is not None and \
+        is_credential_name(name)
+
+
 _URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/?#@\s\"']*@)?"
                   r"(?P<rest>[^?#\s\"']*)(?:\?(?P<query>[^#\s\"']*))?(?:#(?P<frag>[^\s\"']*))?")
 
@@ -136,15 +146,16 @@ def strip_url(text: str) -> str:
 
 def secret_values(argv: Sequence[str]) -> list[str]:
     """The secrets a command line carries: values of credential-named flags (``--api-key X``,
-    ``--token=X``), and the userinfo and query values of every URL in it."""
+    ``--token=X``), the values of the variables it names with ``--secret NAME`` (where this
+    process has them), and the userinfo and query values of every URL in it."""
     found: list[str] = []
     for i, token in enumerate(argv):
         name, eq, value = token.partition("=")
-        if _SECRET_FLAG.fullmatch(name):
-            if eq:
-                found.append(value)
-            elif i + 1 < len(argv):
-                found.append(argv[i + 1])
+        given = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        if name == SECRET_FLAG:
+            found.append(os.environ.get(given, ""))
+        elif _credential_flag(name):
+            found.append(given)
         for url in _URL.finditer(token):
             userinfo = (url.group("userinfo") or "").rstrip("@")
             found += [userinfo, userinfo.partition(":")[2]]
@@ -165,10 +176,13 @@ def withhold(argv: Sequence[str], extra: Iterable[str] = ()) -> list[str]:
             out.append(REDACTED)
             hide_next = False
             continue
-        name, eq, _ = token.partition("=")
-        if _SECRET_FLAG.fullmatch(name):
+        name, eq, value = token.partition("=")
+        if _credential_flag(name):
             out.append(f"{name}={REDACTED}" if eq else token)
             hide_next = not eq
+            continue
+        if name == SECRET_FLAG and eq:  # a name, not a "secret=value" assignment
+            out.append(f"{name}={redactor.redact(value)}")
             continue
         out.append(redactor.redact(strip_url(token)))
     return out
@@ -273,7 +287,8 @@ def run_mission(job: Job) -> dict[str, Any]:
             open(out / STDERR_FILE, "wb") as stderr:
         stdout_fd, stdout_write = os.pipe()
         stderr_fd, stderr_write = os.pipe()
-        redactor = Redactor(extra_values=job.secrets)  # one drain thread feeds both outputs
+        # The agent's own environment: its credential-named variables are scrubbed too.
+        redactor = Redactor(extra_values=job.secrets, environ=env)  # one drain feeds both
         said = Scrubbed(stderr, redactor)
         drain = Drain({events_fd: Verbatim(events), stdout_fd: Scrubbed(stdout, redactor),
                        stderr_fd: said})
@@ -547,6 +562,10 @@ class Agent:
     #: The manifest to pass with ``--skill`` (built-in: added; spawn line: repointed).
     skill: Path | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: Variables ``--secret`` named (built-in: passed on), and their values, scrubbed from
+    #: the capture whatever the agent.
+    secret_names: tuple[str, ...] = ()
+    declared: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def builtin(self) -> bool:
@@ -570,7 +589,8 @@ class Agent:
         script = self.script(mission.key)
         if script is None:
             return None
-        argv = [*_runtime(), "--provider", "scripted", "--script", str(script), *self.extra]
+        argv = [*_runtime(), "--provider", "scripted", "--script", str(script), *self.extra,
+                *self._secret_flags()]
         if self.skill is not None:
             argv += ["--skill", str(self.skill)]
         return tuple(argv)
@@ -578,16 +598,22 @@ class Agent:
     def describe(self) -> list[str]:
         """The spawn line as provenance shows it (credentials withheld)."""
         if self.spawn is not None:
-            return withhold(_with_skill(self.spawn, self.skill))
+            return withhold(_with_skill(self.spawn, self.skill), self.declared)
         stem = "<key>" if self.variant is None else f"<key>.{self.variant}"
         argv = [*_runtime(), "--provider", "scripted", "--script",
-                str((self.agents or Path("agents")) / f"{stem}.yaml"), *self.extra]
+                str((self.agents or Path("agents")) / f"{stem}.yaml"), *self.extra,
+                *self._secret_flags()]
         if self.skill is not None:
             argv += ["--skill", str(self.skill)]
-        return withhold(argv)
+        return withhold(argv, self.declared)
 
     def secrets(self) -> tuple[str, ...]:
-        return tuple(secret_values(self.spawn or ()))
+        return tuple(dict.fromkeys((*secret_values(self.spawn or ()), *self.declared)))
+
+    def _secret_flags(self) -> list[str]:
+        """The built-in runtime is told the names too, so that it scrubs its own records;
+        a spawn line's agent may not know ``--secret`` (add it to the spawn line)."""
+        return [token for name in self.secret_names for token in (SECRET_FLAG, name)]
 
     def with_skill(self, skill: Path | None, note: str | None = None) -> Agent:
         return replace(self, skill=skill, notes=(*self.notes, *([note] if note else [])))
@@ -623,13 +649,21 @@ def _with_skill(spawn: Sequence[str], skill: Path | None) -> tuple[str, ...]:
     return (*out, "--skill", str(skill))
 
 
-def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = None) -> Agent:
-    """The agent ``run``/``measure`` spawn: the spawn line, else the suite's scripted agents."""
+def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = None,
+              secrets: Sequence[str] = ()) -> Agent:
+    """The agent ``run``/``measure`` spawn: the spawn line, else the suite's scripted agents.
+
+    ``secrets`` are the variables ``--secret`` names; their values are known from here on,
+    to this process's redactor and to every mission's capture.
+    """
+    declared = tuple(declared_secrets(secrets))
+    remember(declared)
+    secret_names = tuple(dict.fromkeys(secrets))
     if spawn:
         if variant is not None:
             raise EvalkitError("--agent picks one of the suite's scripted agents; "
                                "it cannot be combined with a spawn line")
-        return Agent(spawn=tuple(spawn))
+        return Agent(spawn=tuple(spawn), secret_names=secret_names, declared=declared)
     agents = suite.resolve("agents")
     skill = suite.resolve("skill")
     if agents is None:
@@ -658,7 +692,8 @@ def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = N
         variant = None if variant == GOOD else variant
     # Absolute: the agent's working directory may be a staged fixtures folder.
     return Agent(agents=agents.resolve(), variant=variant, extra=tuple(extra),
-                 skill=skill.resolve() if skill is not None else None)
+                 skill=skill.resolve() if skill is not None else None,
+                 secret_names=secret_names, declared=declared)
 
 
 def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path, *,
@@ -773,7 +808,8 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
               spawn: Sequence[str] | None = None,
               split: str = "all", jobs: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
               variant: str | None = None, executor: str = "local", ray_address: str | None = None,
-              progress: bool = True, warn: Callable[[str], None] = lambda _: None) -> RunResult:
+              progress: bool = True, warn: Callable[[str], None] = lambda _: None,
+              secrets: Sequence[str] = ()) -> RunResult:
     """Check, spawn every mission, score, and write the folder ``evalkit run`` promises.
 
     A suite's fixtures are staged per mission and its server (``serve:``) runs for the
@@ -785,7 +821,7 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     if executor not in EXECUTORS:
         raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
     missions = missions_in(suite, split)
-    agent = agent_for(suite, spawn, variant)
+    agent = agent_for(suite, spawn, variant, secrets)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
     out = fresh_folder(out)

@@ -17,6 +17,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.eval.diff import FIX, REGRESSION, Diff
 from evalkit.eval.suite import SPLITS, Suite, SuiteError, load_suite
+from evalkit.redact import redact, redact_obj
 from evalkit.report import charts
 from evalkit.report.folders import TEXT_DEPTH, Scoring
 from evalkit.report.kpis import halves
@@ -117,7 +118,9 @@ def suite_for(scoring: Scoring, suite: Suite | None) -> tuple[Suite | None, str 
 def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
     """The KPI report of a score, run or measure folder."""
     suite, suite_note = suite_for(scoring, suite)
-    prompts = {m.key: (m.prompt, m.because) for m in suite.missions} if suite else {}
+    # The suite's own words were never through an emitter: scrubbed here, like the streams.
+    prompts = {m.key: (redact(m.prompt), redact(m.because))
+               for m in suite.missions} if suite else {}
     parts = []
     for half in halves(scoring, prompts):
         drawn = {"pass_rates": charts.pass_rates(half.kpis, half.name),
@@ -131,7 +134,7 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
                       "show_k": max((r.k or 0 for r in half.kpis), default=0),
                       "show_infra": any(r.infra for r in half.kpis),
                       "show_boot": any(r.bootstrap for r in half.kpis)})
-    changes = sorted(suite.rubric_changes if suite else (),
+    changes = sorted(redact_obj(list(suite.rubric_changes)) if suite else (),
                      key=lambda c: str(c.get("date") or ""), reverse=True)
     return environment().get_template("report.html.j2").render(
         scoring=scoring, halves=parts, suite=suite, suite_note=suite_note,

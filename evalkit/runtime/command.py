@@ -46,6 +46,7 @@ def _opt(flag: str, **kwargs: Any) -> Any:
 @_opt("--model", metavar="NAME", envvar="EVALKIT_MODEL")
 @_opt("--api-base", metavar="URL", envvar="EVALKIT_API_BASE")
 @_opt("--api-key", metavar="KEY", envvar="EVALKIT_API_KEY", show_envvar=False)
+@_opt("--secret", metavar="NAME", multiple=True)
 @_opt("--script", metavar="FILE")
 @_opt("--no-stream", is_flag=True)
 @_opt("--protocol", type=click.Choice(["json", "native"]), default="json")
@@ -120,6 +121,7 @@ def _settings(objective: tuple[str, ...], flags: dict[str, Any]) -> Any:
     return MissionSettings(
         objective=" ".join(objective), events=flags["events"], provider=provider,
         model=flags["model"], api_base=flags["api_base"], api_key=flags["api_key"],
+        secrets=tuple(flags["secret"]),
         script=flags["script"], stream=not flags["no_stream"], protocol=flags["protocol"],
         mcp_stdio=tuple(flags["mcp_stdio"]), mcp_scopes=tuple(flags["mcp_scopes"]),
         steps=flags["mission_steps"],

@@ -17,6 +17,7 @@ from typing import Any
 
 from evalkit.contract import PROFILES, SANDBOXES
 from evalkit.errors import EvalkitError
+from evalkit.redact import declared_secrets, remember
 from evalkit.runtime.cancel import Cancelled, CancelToken, sigterm_cancels
 from evalkit.runtime.control import ControlChannel
 from evalkit.runtime.governance import DEFAULT_PROFILE, AuditLog, Governor, audit_root
@@ -33,6 +34,8 @@ class MissionSettings:
     model: str | None = None
     api_base: str | None = None
     api_key: str | None = None
+    #: Environment variables whose values are secret (``--secret``): never recorded.
+    secrets: tuple[str, ...] = ()
     script: str | None = None
     stream: bool = True
     protocol: str = "json"
@@ -190,6 +193,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
 
     settings = door.settings
     check(settings)
+    # Known before anything is written: the key and the declared values never are.
+    remember((settings.api_key, *declared_secrets(settings.secrets, env)))
     if settings.swarm and door.resume is not None:
         _check_swarm_resume(door.resume)
     env = {**env, **door.env}

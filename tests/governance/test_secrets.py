@@ -1,11 +1,14 @@
 """Planted secrets never land in any file a run leaves behind, nor on stderr.
 
 Secrets are planted everywhere a hostile or careless run could carry them: a
-credential-named environment variable of the mission process, the model's
-tool arguments, tool output, tool errors and tracebacks, a gated call's
-arguments (the approval record), the objective, control lines and a door
-refusal. Then every file under the run store, the audit folder, the
-approvals folder and the event sink, plus stdout and stderr, is searched.
+credential-named environment variable of the mission process, the
+``--api-key`` value, a variable named by ``--secret``, the model's tool
+arguments (values and object keys), tool output, tool errors and
+tracebacks, a gated call's arguments (the approval record), the objective,
+control lines and a door refusal. Then every file under the run store, the
+audit folder, the approvals folder and the event sink, plus stdout and
+stderr, is searched. (``tests/harness/test_planted_secrets.py`` does the same
+for a whole ``evalkit run``, ``ingest`` and ``report``.)
 """
 
 from __future__ import annotations
@@ -42,12 +45,24 @@ def test_planted_secrets_appear_in_no_file_and_not_on_stderr(tmp_path: Path) -> 
         "bearer": _token(ALNUM, 28),
         "assignment": _token(ALNUM, 18),
         "authorization": _token(ALNUM, 22),
+        "url_password": _token(ALNUM, 18),
+        "jwt": f"eyJ{_token(ALNUM, 18)}.eyJ{_token(ALNUM, 26)}.{_token(ALNUM, 40)}",
+        "pem": "MIIEow" + _token(ALNUM + "+/", 58),
+        "password": _token(ALNUM, 16),
+        "x_api_key": _token(ALNUM, 16),
+        "json_token": _token(ALNUM, 16),
     }
+    api_key = "ak-" + _token(ALNUM, 24)    # no shape: only --api-key gives it away
+    declared = "dsn-" + _token(ALNUM, 24)  # no shape, no credential name: only --secret does
     said = (f"key {shaped['openai']} and {shaped['anthropic']}, gh {shaped['github']}, "
             f"aws {shaped['aws']}, slack {shaped['slack']}, Bearer {shaped['bearer']}, "
             f"DB_PASSWORD={shaped['assignment']}, Authorization: Basic {shaped['authorization']}"
-            f" env {env_secret}")
-    planted = [env_secret, *shaped.values()]
+            f"\n env {env_secret} api {api_key} dsn {declared} "
+            f"db redis://:{shaped['url_password']}@cache:6379/0 jwt {shaped['jwt']}\n"
+            f"-----BEGIN PRIVATE KEY-----\n{shaped['pem']}\n-----END PRIVATE KEY-----\n"
+            f"password: {shaped['password']}\nX-Api-Key: {shaped['x_api_key']}\n"
+            f'{{"token": "{shaped["json_token"]}"}}')
+    planted = [env_secret, api_key, declared, *shaped.values()]
     work = tmp_path / "work"
     work.mkdir()
     inputs = tmp_path / "inputs"  # the script holds the secrets as written: not searched
@@ -58,10 +73,11 @@ def test_planted_secrets_appear_in_no_file_and_not_on_stderr(tmp_path: Path) -> 
         call("run_python_code", code=f"raise RuntimeError({said!r})"),       # a traceback
         call("run_shell_command", command=f"echo {shaped['openai']} {env_secret}"),
         call("fs", action="write", path="notes.txt", content=said),
+        call("mcp.echo", **{"text": "k", api_key: 1, shaped["jwt"]: {declared: said}}),  # keys
         call("mcp.submit", asset_id="asset.7f3a", value=said),              # gated: approval
         answer("never"),
     ])
-    env = clean_env(tmp_path, PLANTED_API_TOKEN=env_secret)
+    env = clean_env(tmp_path, PLANTED_API_TOKEN=env_secret, PLANTED_DSN=declared)
     events = tmp_path / "events.jsonl"
     control_read, control_write = os.pipe()
     os.write(control_write, f"{said}\n".encode())                       # a malformed control line
@@ -72,7 +88,8 @@ def test_planted_secrets_appear_in_no_file_and_not_on_stderr(tmp_path: Path) -> 
     ran = subprocess.run(
         [sys.executable, "-m", "evalkit.cli", "mission", f"use {said}", "--script", str(script),
          "--mcp-stdio", STUB, "--profile", "dev", "--unsandboxed", "--gate-tool", "mcp.submit",
-         "--events", str(events), "--control", f"fd:{control_read}"],
+         "--events", str(events), "--control", f"fd:{control_read}", "--api-key", api_key,
+         "--secret", "PLANTED_DSN"],
         cwd=work, env=env, pass_fds=(control_read,), capture_output=True, text=True, timeout=120)
     os.close(control_read)
     assert ran.returncode == 0, ran.stderr
@@ -105,6 +122,14 @@ def test_planted_secrets_appear_in_no_file_and_not_on_stderr(tmp_path: Path) -> 
     # and the redaction is what hid them: the rest of the text is there, verbatim
     assert "[REDACTED]" in texts[str(events)] and "DB_PASSWORD=[REDACTED]" in texts[str(events)]
     assert "upstream said" in texts[str(events)]
+    for kept in ("redis://:[REDACTED]@cache", "password: [REDACTED]", "X-Api-Key: [REDACTED]",
+                 "-----BEGIN PRIVATE KEY-----\\n[REDACTED]\\n-----END PRIVATE KEY-----"):
+        assert kept in texts[str(events)], kept
+    keyed = next(r["arguments"] for r in records if r["event"] == "tool_call"
+                 and r["arguments"].get("text") == "k")
+    # both secret keys withheld, neither value lost ("ak-…" sorts before "eyJ…")
+    assert list(keyed) == ["text", "[REDACTED]", "[REDACTED]#2"] and keyed["[REDACTED]"] == 1
+    assert list(keyed["[REDACTED]#2"]) == ["[REDACTED]"]
     record = json.loads(shown.stdout)
     assert record["arguments"]["asset_id"] == "asset.7f3a" and "[REDACTED]" in record["note"]
     # the file the model wrote is the agent's own work product, outside every record

@@ -46,6 +46,17 @@ def test_withhold_hides_credential_flags_urls_and_what_the_redactor_knows(
     assert set(secret_values(argv)) >= {"k-123456", "t-abcdef", "a:b", "b", "zzz"}
 
 
+def test_a_secret_flag_keeps_its_name_and_makes_the_value_known(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLANTED_DSN", "dsn-value-123456")
+    argv = ["agent", "--secret", "PLANTED_DSN", "--secret=PLANTED_DSN", "--secret", "UNSET_X",
+            "--dsn", "dsn-value-123456", "--passwd", "p-123456"]
+    assert secret_values(argv) == ["dsn-value-123456", "p-123456"]
+    assert withhold(argv) == ["agent", "--secret", "PLANTED_DSN", "--secret=PLANTED_DSN",
+                              "--secret", "UNSET_X", "--dsn", "[REDACTED]", "--passwd",
+                              "[REDACTED]"]
+
+
 def test_a_refusal_is_exit_2_with_no_record_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "stderr.txt").write_text("Error: --swarm is not available yet.\n")
     assert refusal({"exit_code": 2, "events_bytes": 0}, tmp_path) == (

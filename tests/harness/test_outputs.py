@@ -15,7 +15,8 @@ from evalkit.redact import Redactor
 SECRET = "k-s3cret-123456"
 PIECES = [SECRET, "sk-abcdefghijklmnop1234", "Authorization: Bearer tok12345678",
           "API_KEY=", "value", " ", "\n", "\r\n", "é", "word", "ghp_", "a" * 20, "=",
-          "'", '"']
+          "'", '"', "-----BEGIN RSA PRIVATE KEY-----", "MIIEowIBAAKC", "pem0body0line",
+          "-----END RSA PRIVATE KEY-----", "password: ", "\\n"]
 
 
 def _scrubbed(chunks: list[bytes], redactor: Redactor) -> tuple[bytes, list[bytes]]:
@@ -47,6 +48,8 @@ def test_scrubbed_a_line_at_a_time_is_what_the_whole_text_scrubbed_gives(
     for written in seen:  # never a credential on disk, not even for a moment
         assert SECRET.encode() not in written and b"tok12345678" not in written
         assert final.startswith(written)
+    if b"pem0body0line" not in final:  # a key body the whole text hides is never on disk
+        assert all(b"pem0body0line" not in written for written in seen)
 
 
 def test_bytes_that_are_not_utf8_are_kept_as_they_came() -> None:
@@ -64,6 +67,25 @@ def test_a_secret_holding_a_line_break_is_caught_across_writes() -> None:
     final, seen = _scrubbed(lines, redactor)
     assert final == b"before\n[REDACTED]\nafter\n"
     assert all(b"MIIBOgIBAAJBAK" not in written for written in seen)
+
+
+def test_a_private_key_printed_a_line_at_a_time_is_held_until_its_block_ends() -> None:
+    redactor = Redactor(environ={})
+    body = ["MIIEowIBAAKCAQEA7bq9v0xLk1q", "Zz0fYk+/abcDEF0123456789=="]
+    text = "\n".join(["cat id_rsa", "-----BEGIN RSA PRIVATE KEY-----", *body,
+                      "-----END RSA PRIVATE KEY-----", "done", ""])
+    lines = [line.encode() + b"\n" for line in text.split("\n")[:-1]]
+    final, seen = _scrubbed(lines, redactor)
+    assert final == (b"cat id_rsa\n-----BEGIN RSA PRIVATE KEY-----\n[REDACTED]\n"
+                     b"-----END RSA PRIVATE KEY-----\ndone\n")
+    assert seen[0] == b"cat id_rsa\n"  # what came before the block was not held
+    assert not any(part.encode() in written for written in seen for part in body)
+
+
+def test_a_block_that_never_ends_is_written_at_the_end_without_its_body() -> None:
+    lines = [b"-----BEGIN PRIVATE KEY-----\n", b"MIIEowIBAAKCAQEA7bq9v0xLk1q\n"]
+    final, seen = _scrubbed(lines, Redactor(environ={}))
+    assert seen == [b"", b""] and final == b"-----BEGIN PRIVATE KEY-----\n[REDACTED]\n"
 
 
 def test_a_drain_told_to_stop_writes_what_the_pipes_hold_and_ends() -> None:

@@ -88,6 +88,20 @@ def test_command_json_and_provenance_withhold_credentials(
     assert said["argv"][said["argv"].index("--mcp-url") + 1].startswith("https://")
 
 
+def test_a_declared_secret_is_withheld_from_the_capture_of_a_foreign_agent(
+        suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No shape, no credential name: only ``--secret`` says the value is one."""
+    monkeypatch.setenv("HARNESS_TEST_DSN", "dsn-shapeless-value-42")
+    out = tmp_path / "out"
+    result = invoke("run", "--suite", suite, "--out", out, "--split", "test", "--secret",
+                    "HARNESS_TEST_DSN", "--", *FOREIGN, "--model", "dsn-shapeless-value-42")
+    assert result.exit_code == 0, result.stderr
+    for name in ("command.json", "stdout.txt", "stderr.txt"):
+        assert "dsn-shapeless-value-42" not in (out / "h0" / name).read_text(), name
+    assert "dsn-shapeless-value-42" not in (out / "run.json").read_text()
+    assert "[REDACTED]" in (out / "h0" / "stdout.txt").read_text()
+
+
 def test_a_hanging_agent_is_killed_at_the_timeout_with_its_process_group(
         tmp_path: Path) -> None:
     suite = foreign_suite(tmp_path / "hang.yaml", flags={"h0": ["--hang"]})
@@ -165,6 +179,8 @@ def test_an_ungradeable_suite_is_refused_before_anything_is_spawned(tmp_path: Pa
 @pytest.mark.parametrize(("args", "said"), [
     (["--agent", "bad", "--", *FOREIGN], "cannot be combined with a spawn line"),
     ([], "names no scripted agents"),
+    (["--secret", "EVALKIT_TEST_NEVER_SET", "--", *FOREIGN],
+     "--secret EVALKIT_TEST_NEVER_SET: no environment variable EVALKIT_TEST_NEVER_SET is set"),
 ])
 def test_usage_errors(suite: Path, tmp_path: Path, args: list[str], said: str) -> None:
     result = invoke("run", "--suite", suite, "--out", tmp_path / "out", *args)

@@ -80,6 +80,10 @@ def test_a_flag_whose_feature_has_not_landed_refuses_in_one_sentence(name: str) 
     (["x", "--script", "{script}"], {"EVALKIT_SANDBOX": "maybe"}, "is not bwrap or none"),
     (["x", "--script", "{script}", "--mission-steps", "-1"], {}, "--mission-steps must be"),
     (["x", "--script", "/no/such/script.yaml"], {}, "cannot read script"),
+    (["x", "--script", "{script}", "--secret", "EVALKIT_TEST_UNSET"], {"EVALKIT_TEST_UNSET": None},
+     "Error: --secret EVALKIT_TEST_UNSET: no environment variable EVALKIT_TEST_UNSET is set"),
+    (["x", "--script", "{script}", "--secret", "EVALKIT_TEST_PIN"], {"EVALKIT_TEST_PIN": "1234"},
+     "--secret EVALKIT_TEST_PIN: its value is too short"),
 ])
 def test_usage_errors_exit_2_with_one_sentence(tmp_path: Path, args: list[str],
                                                env: dict[str, str], said: str) -> None:

@@ -12,7 +12,6 @@ could not start — is an ordinary result the model reads.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from evalkit.redact import is_credential_name
 from evalkit.runtime.inflight import undo_on_abandon
 from evalkit.runtime.tools.descriptor import ToolResult
 from evalkit.runtime.tools.sandbox import NoSandbox, Sandbox
@@ -28,14 +28,13 @@ from evalkit.runtime.tools.sandbox import NoSandbox, Sandbox
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 
-_CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 _CHUNK = 65536
 
 
 def tool_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """This process's environment minus credential-named variables: agent code never sees keys."""
     source = dict(os.environ if environ is None else environ)
-    env = {k: v for k, v in source.items() if not _CREDENTIAL_NAME.search(k)}
+    env = {k: v for k, v in source.items() if not is_credential_name(k)}
     env["PYTHONIOENCODING"] = "utf-8"
     return env
 
