@@ -189,6 +189,9 @@ def test_no_verify_scores_as_recorded_and_says_so(out: Path, tmp_path: Path) -> 
                    "--no-verify", "--report", str(tmp_path / "r"))
     assert "not checked" in done.stdout and "TAMPERED" not in done.stdout
     assert json.loads((tmp_path / "r" / "report.json").read_text())["verified"] is False
+    page = tmp_path / "r" / "report.html"
+    assert evalkit("report", str(tmp_path / "r"), "-o", str(page)).returncode == 0
+    assert "NOT checked against their seals (--no-verify)" in page.read_text()
 
 
 def test_scoring_from_a_dataset_keeps_the_verdict_of_a_tampered_run(out: Path) -> None:

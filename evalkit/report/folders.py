@@ -184,7 +184,7 @@ def _scored(folder: Path) -> Scoring:
     suite_path = run.get("suite_path") or about.get("path")
     spawn = next((run[k] for k in ("spawn", "spawn_line", "command") if run.get(k)), None)
     extra = {"spawn line": spawn, "jobs": run.get("jobs"), "timeout": run.get("timeout"),
-             "split": report.get("split", "all")}
+             "split": report.get("split", "all"), "recordings": seals_word([report])}
     return Scoring(path=folder, kind="run" if run else "score", suite=suite,
                    split=str(report.get("split", "all")),
                    configurations=[Configuration("", [Rep("", report, folder)])],
@@ -210,7 +210,9 @@ def _measure(folder: Path, suite: Suite | None) -> Scoring:
     return Scoring(path=folder, kind="measure", suite=suite_name,
                    split=prov.get("split") or "all", configurations=configurations,
                    provenance=provenance(prov, suite_name, repeats,
-                                         {"bounds": prov.get("bounds"), "split": prov.get("split")}),
+                                         {"bounds": prov.get("bounds"), "split": prov.get("split"),
+                                          "recordings": seals_word(
+                                              [r.report for c in configurations for r in c.reps])}),
                    baseline=matrix.get("baseline") or DEFAULT_BASELINE,
                    statistics=matrix.get("statistics") or {},
                    suite_path=_suite_path(prov.get("suite_path"), folder))
@@ -241,7 +243,9 @@ def _runs(folder: Path, suite: Suite) -> Scoring:
     reps = max(len(c.reps) for c in rows)
     return Scoring(path=folder, kind="runs", suite=suite.name, split="all", configurations=rows,
                    provenance=provenance({}, suite.name, reps,
-                                         {"scored from": "the runs in this folder"}),
+                                         {"scored from": "the runs in this folder",
+                                          "recordings": seals_word(
+                                              [r.report for c in rows for r in c.reps])}),
                    baseline=DEFAULT_BASELINE if len(rows) > 1 else None, suite_path=suite.path)
 
 
@@ -263,6 +267,18 @@ def _suite_path(value: Any, folder: Path) -> Path | None:
         if candidate.exists():
             return candidate
     return None
+
+
+def seals_word(reports: list[dict[str, Any]]) -> str | None:
+    """Whether the streams behind these reports were checked against their seals (a report
+    from before seals says neither, and nothing is shown)."""
+    said = {r.get("verified") for r in reports} - {None}
+    if not said:
+        return None
+    if said == {True}:
+        return "checked against their seals"
+    return "NOT checked against their seals (--no-verify)" if said == {False} else \
+        "partly NOT checked against their seals (--no-verify)"
 
 
 #: What every report's provenance names, recorded or not.

@@ -97,7 +97,7 @@ def _suite(root: Path, p: dict[str, str]) -> Path:
                 flags=[*key_flag, "--profile", "dev"],
                 prompt=f"Log in with {p['jwt']}, password: {p['password']}, then sum."),
         mission("gated", split="test", expects_tools=["mcp.submit"], flags=[
-            *key_flag, "--gate-tool", "mcp.submit"]),
+            *key_flag, "--grant", "mcp.write", "--gate-tool", "mcp.submit"]),
         mission("refused", split="test", flags=[*key_flag, "--gate-tool", p["jwt"]]),
     ]
     doc = {"name": "planted", "plane": "stub", "agents": "agents", "flags": ["chaining"],
