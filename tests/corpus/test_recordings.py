@@ -115,15 +115,15 @@ def test_the_readme_is_the_one_the_command_writes() -> None:
 def test_every_mission_folder_keeps_what_a_reader_needs_and_nothing_else(
         suite: str, variant: str) -> None:
     top = sorted(p.name for p in (RECORDINGS / suite / variant).iterdir() if p.is_file())
-    assert top == ["report.json", "report.md"]
+    assert top == ["manifest.json", "report.json", "report.md"]
     for folder in mission_folders(RECORDINGS, suite, variant):
         run = run_dir(folder)
         files = sorted(str(p.relative_to(folder)).replace(run.name, "<run>")
                        for p in folder.rglob("*") if p.is_file())
-        assert files == ["audit/<run>.jsonl", "command.json", "events.jsonl",
-                         "runs/<run>/events.jsonl", "runs/<run>/meta.json",
-                         "runs/<run>/model.jsonl", "runs/<run>/tools.jsonl", "stderr.txt",
-                         "stdout.txt"], folder
+        assert files == ["audit/<run>.jsonl", "command.json", "events.jsonl", "manifest.json",
+                         "runs/<run>/events.jsonl", "runs/<run>/manifest.json",
+                         "runs/<run>/meta.json", "runs/<run>/model.jsonl",
+                         "runs/<run>/tools.jsonl", "stderr.txt", "stdout.txt"], folder
         for small in ("stdout.txt", "stderr.txt"):
             assert (folder / small).stat().st_size < 16_000, folder / small
 
@@ -263,3 +263,19 @@ def test_the_machine_fields_say_what_the_docs_say(suite: str, variant: str) -> N
         assert command["argv"][:4] == ["python", "-m", "evalkit.cli", "mission"]
         assert not any(re.match(r"/", token) for token in command["argv"])
         assert not command["cwd"].startswith("/") and command["exit_code"] == 0
+
+
+def test_the_corpus_is_sealed_whole_with_its_committed_key() -> None:
+    """Every mission, run and variant folder of recordings/ is sealed with the key whose
+    public half is recordings/evalkit.pub, and nothing in it changed since."""
+    from evalkit.store.seal import VERIFIED, Checker, verify_paths
+    from evalkit.store.signing import Trust
+
+    trust = Trust()
+    trust.add_file(RECORDINGS / "evalkit.pub")
+    findings = verify_paths([RECORDINGS], Checker(trust, require_signed=True))
+    assert findings and {f.word for f in findings} == {VERIFIED}, [
+        (str(f.path), f.word, f.problems) for f in findings if f.word != VERIFIED]
+    kinds = sorted({f.kind for f in findings})
+    assert kinds == ["folder", "mission", "run"]
+    assert sum(f.kind == "folder" for f in findings) == len(TARGETS)
