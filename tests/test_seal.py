@@ -294,3 +294,26 @@ def test_the_signing_key_is_private_and_made_once(tmp_path: Path) -> None:
     key = tmp_path / "home" / "keys" / "evalkit.key"
     assert oct(os.stat(key).st_mode & 0o777) == "0o600"
     assert b"PRIVATE KEY" in key.read_bytes()
+
+
+def test_a_public_key_file_is_read_by_shape_and_anything_else_by_the_library(
+        tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from evalkit.errors import EvalkitError
+    from evalkit.store.signing import read_public_key
+
+    key = Signer.generate()
+    ours = tmp_path / "ours.pub"
+    ours.write_bytes(key.public_pem())
+    assert read_public_key(ours) == key.public_raw
+    other = tmp_path / "ec.pub"
+    other.write_bytes(ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    with pytest.raises(EvalkitError, match="not an Ed25519 public key"):
+        read_public_key(other)
+    junk = tmp_path / "junk.pub"
+    junk.write_bytes(b"-----BEGIN PUBLIC KEY-----\nnot base64\n-----END PUBLIC KEY-----\n")
+    with pytest.raises(EvalkitError, match="not a readable public key"):
+        read_public_key(junk)

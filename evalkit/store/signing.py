@@ -201,15 +201,32 @@ def _write_new(path: Path, data: bytes, mode: int, *, replace: bool) -> bool:
             tmp.unlink()
 
 
+#: The DER an Ed25519 SubjectPublicKeyInfo always is (RFC 8410): this prefix, then the key.
+_ED25519_SPKI = bytes.fromhex("302a300506032b6570032100")
+
+
 def read_public_key(path: Path) -> bytes:
-    """The raw 32 bytes of an Ed25519 public key in a PEM file."""
+    """The raw 32 bytes of an Ed25519 public key in a PEM file.
+
+    The PEM evalkit writes is read by its fixed shape (a scorer checking seals
+    need not import the key-file parsers, a third of what checking costs at
+    small sizes); any other PEM goes to ``cryptography``'s loader.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise EvalkitError(f"cannot read the public key {path}: {exc.strerror or exc}") from None
+    lines = data.strip().splitlines()
+    if len(lines) == 3 and lines[0] == b"-----BEGIN PUBLIC KEY-----" \
+            and lines[2] == b"-----END PUBLIC KEY-----":
+        der = _unb64(lines[1].decode("ascii", "replace"))
+        if der is not None and len(der) == 44 and der.startswith(_ED25519_SPKI):
+            return der[len(_ED25519_SPKI):]
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
-    except OSError as exc:
-        raise EvalkitError(f"cannot read the public key {path}: {exc.strerror or exc}") from None
+        key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
         raise EvalkitError(f"{path} is not a readable public key: {exc}") from None
     if not isinstance(key, Ed25519PublicKey):
