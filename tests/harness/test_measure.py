@@ -138,6 +138,12 @@ def test_any_rep_is_rederived_offline_by_score_and_the_matrix_by_rescore(
     after = read_json(out / "matrix.json")
     assert after["statistics"] == before["statistics"] and after["rows"] == before["rows"]
     assert "rescored" in after["provenance"]
+    # every rep was sealed when its missions were done, and still verifies
+    assert all((out / row / "rep1" / "manifest.json").is_file() for row in ("direct", "swarm"))
+    checked = invoke("verify", out)
+    assert checked.exit_code == 0, checked.output
+    assert not any(line.startswith(("tampered", "unsigned")) for line in
+                   checked.output.splitlines()), checked.output
 
 
 def test_a_one_mission_difference_at_repeat_1_is_no_detectable_difference(
