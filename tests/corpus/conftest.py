@@ -116,8 +116,8 @@ def comparable(path: Path) -> Any:
     if name == "manifest.json":
         body = read_json(path)
         return {"kind": body.get("kind"),
-                "files": {_text(rel): len(entry.get("chain") or ())
-                          for rel, entry in body.get("files", {}).items()}}
+                "files": {_text(rel): len(entry.get("chain") or ()) if isinstance(entry, dict)
+                          else "digest" for rel, entry in body.get("files", {}).items()}}
     if name == "events.jsonl":
         return [_event(r) for r in read_jsonl(path)]
     if name.endswith(".jsonl"):
