@@ -252,12 +252,12 @@ def _targets(missions: list[Mission], runs: Path | None,
     return targets
 
 
-def _locate(target: _Target) -> Located:
+def _locate(target: _Target, checker: Checker | None = None) -> Located:
     key, base = target.key, target.base
     label = as_text(target.label) if target.label is not None else None
     if target.path is None:
         return Located(key, None, None, NOT_RUN)
-    events = resolve_events(target.path)
+    events = resolve_events(target.path, checker.listed if checker is not None else None)
     if events is None:
         if not os.path.exists(target.path):
             return Located(key, None, label, NOT_RUN)
@@ -322,7 +322,7 @@ def _locate_and_fold(targets: list[_Target], checker: Checker | None = None) -> 
     has none, or None when it has no stream."""
     out: list[_Packed] = []
     for target in targets:
-        loc = _locate(target)
+        loc = _locate(target, checker)
         found = fold(loc, checker)
         events = os.fspath(loc.events) if loc.events is not None else None
         out.append((loc.key, events, loc.source, loc.missing,
@@ -330,9 +330,9 @@ def _locate_and_fold(targets: list[_Target], checker: Checker | None = None) -> 
     return out
 
 
-def locate_under(key: str, runs: Path) -> Located:
-    """``locate`` for one mission of a ``--runs`` folder."""
-    return _locate(_Target(key, runs / key, None, runs))
+def locate_under(key: str, runs: Path, checker: Checker | None = None) -> Located:
+    """``locate`` for one mission of a ``--runs`` folder (telling ``checker`` what it lists)."""
+    return _locate(_Target(key, runs / key, None, runs), checker)
 
 
 def fold(loc: Located, checker: Checker | None = None) -> RunSummary | Altered | str | None:
@@ -436,7 +436,7 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     chosen = engine if engine != "auto" else (
         "duckdb" if DUCKDB_FROM is not None and len(targets) >= DUCKDB_FROM else "python")
     if chosen == "duckdb":
-        located = [_locate(target) for target in targets]
+        located = [_locate(target, checker) for target in targets]
         _require_a_stream(located, suite, runs_path)
         found = summaries_duckdb(located, checker)
     else:

@@ -135,7 +135,7 @@ class _FromRuns:
         self.checker = checker
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
-        loc = locate_under(m.key, self.runs)
+        loc = locate_under(m.key, self.runs, self.checker)
         return judged(m, loc, fold(loc, self.checker)), loc.there
 
 

@@ -10,7 +10,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from evalkit.store.state import RUNS, state_path
@@ -62,7 +62,12 @@ def no_stream(shown: str | Path) -> str:
     return f"no stream: no events.jsonl in {shown} or two levels below it"
 
 
-def resolve_events(path: Path) -> Path | None:
+#: Told each folder ``resolve_events`` lists and the names in it (a seal checker learns
+#: there which folders hold no seal, without asking the disk again).
+Listed = Callable[[str, list[str]], None]
+
+
+def resolve_events(path: Path, listed: Listed | None = None) -> Path | None:
     """The events file a path stands for, or None when there is none.
 
     A file is itself. A directory is its own ``events.jsonl``, else the first
@@ -71,11 +76,11 @@ def resolve_events(path: Path) -> Path | None:
     Written with ``os`` calls on strings: scoring resolves one path per
     mission, and pathlib's objects were most of that cost at 10k missions.
     """
-    found = _resolve(os.fspath(path))
+    found = _resolve(os.fspath(path), listed)
     return None if found is None else Path(found)
 
 
-def _resolve(path: str) -> str | None:
+def _resolve(path: str, listed: Listed | None = None) -> str | None:
     # The folder is listed first, which answers "is it a folder" and "is its own
     # events file there" too: two system calls fewer per mission than asking.
     try:
@@ -87,6 +92,8 @@ def _resolve(path: str) -> str | None:
         return _resolve_unlisted(path)
     except (OSError, ValueError):
         return None
+    if listed is not None:
+        listed(path, [e.name for e in entries])
     if any(e.name == EVENTS_FILE and is_file(e) for e in entries):
         return os.path.join(path, EVENTS_FILE)
     return _below(_folders(path, entries))

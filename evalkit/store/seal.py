@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,24 @@ def entry_of(data: bytes, *, chained: bool) -> dict[str, Any]:
 def _read(path: Path) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
+
+
+def _read_if_there(path: str) -> bytes | None:
+    """A regular file's bytes, or None when there is none to read. Asked of every folder a
+    stream sits in, most of which hold no seal, so the miss is one system call."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with open(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def write_manifest(folder: Path, files: Mapping[str, dict[str, Any]], signer: Signer, *,
@@ -244,6 +263,8 @@ class Checker:
     #: The folder whose seal answered last, when no folder above it holds one: the
     #: streams after it are usually below it too, and are looked up there first.
     _last: tuple[str, _Manifest, dict[str, Any]] | None = None
+    #: A folder (ending with ``/``) that, with every folder above it, holds no seal.
+    _clear: str | None = None
     #: The working directory when the checker was made, for the relative paths it is given.
     _cwd: str = field(default_factory=os.getcwd)
 
@@ -268,14 +289,24 @@ class Checker:
                     "where one was written when it closed")
         return None
 
+    def listed(self, folder: str, names: list[str]) -> None:
+        """A folder's names, as someone else listed them: a folder holding no manifest is
+        known to hold no seal without a second look (``layout.resolve_events`` tells)."""
+        if layout.MANIFEST_FILE not in names:
+            self._manifests.setdefault(_absolute(folder, self._cwd), None)
+
     def warm(self, folder: Path | str) -> None:
         """Read and judge the seals of ``folder`` and above now (before a fan-out forks,
         so its workers share them rather than each reading them again)."""
         text = os.path.abspath(folder)
+        clear = True
         for above in [*_folders_above(text), text]:
             found = self._manifest(above)
             if found is not None:
+                clear = False
                 self._judge(found)
+        if clear:  # no seal there or above: a stream below is looked for below it only
+            self._clear = text.rstrip("/") + "/"
 
     def stream(self, path: Path | str, data: bytes) -> Check:
         """Whether the events file at ``path``, whose bytes are ``data``, is as sealed."""
@@ -285,7 +316,10 @@ class Checker:
             digest = _digest(last[2].get(text[len(last[0]):]))
             if digest is not None:
                 return self._decide(text, last[0][:-1], last[1], digest, data)
-        for folder in _folders_above(text):  # outermost first: one seal answers for all below
+        clear = self._clear
+        folders = _folders_below(text, clear) if clear is not None and text.startswith(clear) \
+            else _folders_above(text)
+        for folder in folders:  # outermost first: one seal answers for all below
             found = self._manifest(folder)
             if found is None:
                 continue
@@ -371,10 +405,7 @@ class Checker:
         except KeyError:
             pass
         found: _Manifest | None = None
-        try:
-            data = _read(Path(folder, layout.MANIFEST_FILE))
-        except OSError:
-            data = None
+        data = _read_if_there(f"{folder.rstrip('/')}/{layout.MANIFEST_FILE}")
         if data is not None:
             found = _parse(folder, data)
         self._manifests[folder] = found
@@ -443,6 +474,17 @@ def _folders_above(path: str) -> list[str]:
         end = path.rfind("/", 0, end)
     out.append("/")
     out.reverse()
+    return out
+
+
+def _folders_below(path: str, clear: str) -> list[str]:
+    """The folders that hold ``path`` below ``clear`` (which ends with ``/``), outermost
+    first: where a seal may be when ``clear`` and every folder above it hold none."""
+    out = []
+    at = path.find("/", len(clear))
+    while at > 0:
+        out.append(path[:at])
+        at = path.find("/", at + 1)
     return out
 
 
