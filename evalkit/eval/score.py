@@ -257,7 +257,8 @@ def _locate(target: _Target, checker: Checker | None = None) -> Located:
     label = as_text(target.label) if target.label is not None else None
     if target.path is None:
         return Located(key, None, None, NOT_RUN)
-    events = resolve_events(target.path, checker.listed if checker is not None else None)
+    events = resolve_events(target.path, checker.listed if checker is not None
+                            and checker.wants_listings else None)
     if events is None:
         if not os.path.exists(target.path):
             return Located(key, None, label, NOT_RUN)

@@ -289,6 +289,11 @@ class Checker:
                     "where one was written when it closed")
         return None
 
+    @property
+    def wants_listings(self) -> bool:
+        """Whether ``listed`` can save a look: not under a folder seal, which answers alone."""
+        return self._clear is not None
+
     def listed(self, folder: str, names: list[str]) -> None:
         """A folder's names, as someone else listed them: a folder holding no manifest is
         known to hold no seal without a second look (``layout.resolve_events`` tells)."""
