@@ -57,6 +57,9 @@ class LazyGroup(click.Group):
         entry = COMMANDS.get(name)
         if entry is None:
             return None
+        from evalkit.extras import require_command
+
+        require_command(name)  # before the import that a missing extra would break
         module, _, attr = entry[0].partition(":")
         return getattr(importlib.import_module(module), attr)
 

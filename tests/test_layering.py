@@ -3,16 +3,30 @@
 Read from the source with ``ast``, so an import inside a function counts too:
 the scorer never imports the runtime, the store never imports the scorer, and
 nothing below the CLI imports it.
+
+And the scoring path needs no extra: ``pip install evalkit`` is enough to check,
+score, ingest, query, report, diff and verify, and a command that needs an extra
+names it in one sentence. Held twice: statically, over every module the scoring
+commands and the public API can reach (imports inside functions included), and
+for real, by running the commands in a Python where the extras cannot be imported.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 import evalkit
+from evalkit.cli import COMMANDS
+from evalkit.extras import EXTRAS, NEEDS
 
 PACKAGE = Path(evalkit.__file__).parent
+ROOT = PACKAGE.parent
 
 #: What each part of evalkit must never import (its own modules aside).
 FORBIDDEN: dict[str, set[str]] = {
@@ -55,3 +69,217 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     module.write_text("def f():\n    from evalkit.runtime import run\n"
                       "import evalkit.report.html\nfrom evalkit import eval\n")
     assert _imports(module) == {"runtime", "report", "eval"}
+
+
+# -- the scoring path needs no extra ------------------------------------------------------------
+
+#: What ``pip install evalkit`` must run (its README section says the same).
+SCORING_COMMANDS = ("check", "score", "ingest", "sql", "report", "diff", "verify")
+EXTRA_MODULES = {name for names in EXTRAS.values() for name in names}
+#: Drawn only for the HTML report's charts.
+CHARTS = "evalkit.report.charts"
+
+
+def _module_file(module: str) -> Path | None:
+    parts = module.split(".")[1:]
+    for path in (PACKAGE.joinpath(*parts).with_suffix(".py") if parts else None,
+                 PACKAGE.joinpath(*parts, "__init__.py")):
+        if path is not None and path.is_file():
+            return path
+    return None
+
+
+def _reach(roots: list[str]) -> dict[str, set[str]]:
+    """Every evalkit module ``roots`` can import, with the outside top-level names each imports.
+
+    ``from evalkit.a import b`` counts ``evalkit.a.b`` when it is a module; importing a
+    module imports its packages too.
+    """
+    reached: dict[str, set[str]] = {}
+    todo = list(roots)
+    while todo:
+        parts = todo.pop().split(".")
+        for i in range(1, len(parts) + 1):
+            module = ".".join(parts[:i])
+            path = _module_file(module)
+            if path is None or module in reached:
+                continue
+            outside = reached[module] = set()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                for name in names:
+                    if name.split(".")[0] == "evalkit":
+                        todo.append(name)
+                    else:
+                        outside.add(name.split(".")[0])
+    return reached
+
+
+def _command_module(name: str) -> str:
+    return COMMANDS[name][0].partition(":")[0]
+
+
+def test_nothing_the_scoring_commands_or_the_public_api_reach_imports_an_extra() -> None:
+    roots = ["evalkit", "evalkit.cli", *(_command_module(c) for c in SCORING_COMMANDS)]
+    reached = _reach(roots)
+    wrong = sorted(f"{module} imports {name}" for module, outside in reached.items()
+                   for name in outside & EXTRA_MODULES)
+    assert wrong == []
+    assert not any(m.startswith(("evalkit.runtime", "evalkit.planes")) for m in reached)
+
+
+def test_matplotlib_is_imported_only_to_draw_the_html_reports_charts() -> None:
+    reached = _reach(["evalkit", "evalkit.cli", *(_command_module(c) for c in SCORING_COMMANDS)])
+    assert sorted(m for m, outside in reached.items() if "matplotlib" in outside) == [CHARTS]
+    others = [c for c in SCORING_COMMANDS if _command_module(c) != _command_module("report")]
+    assert CHARTS not in _reach(["evalkit", "evalkit.cli", *map(_command_module, others)])
+
+
+def test_the_reach_sees_imports_inside_functions_and_from_packages() -> None:
+    reached = _reach(["evalkit.eval.runner"])
+    assert "ray" in reached["evalkit.eval.runner"]  # imported inside a function
+    assert "evalkit.eval" in reached and "evalkit.store.seal" in reached
+
+
+def test_every_command_named_as_needing_an_extra_exists() -> None:
+    commands = {who.removeprefix("evalkit ") for who in NEEDS if who.startswith("evalkit ")}
+    assert commands <= set(COMMANDS)
+    assert not commands & set(SCORING_COMMANDS)
+
+
+def test_each_extra_evalkit_checks_for_is_the_extra_pyproject_installs() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from importlib.metadata import PackageNotFoundError, packages_distributions, requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    optional = declared["project"]["optional-dependencies"]
+    assert set(EXTRAS) < set(optional)
+    dev = {Requirement(r).name: Requirement(r).extras for r in optional["dev"]}
+    assert dev.get("evalkit") == set(EXTRAS), "the tests need every extra"
+    provides = packages_distributions()
+    for extra, modules in EXTRAS.items():
+        listed = {canonicalize_name(Requirement(r).name) for r in optional[extra]}
+        brought = set(listed)  # and what those bring: mcp brings mcp_types
+        for name in listed:
+            try:
+                brought |= {canonicalize_name(Requirement(r).name) for r in requires(name) or []
+                            if Requirement(r).marker is None}
+            except PackageNotFoundError:
+                pytest.fail(f"{name} of the {extra} extra is not installed; "
+                            "the tests install every extra ([dev])")
+        for module in modules:
+            assert {canonicalize_name(d) for d in provides.get(module, [])} & brought, \
+                f"{module} is not installed by the {extra} extra in pyproject.toml"
+
+
+#: A sitecustomize that makes the names in EVALKIT_TEST_UNIMPORTABLE fail to import, as
+#: when they are not installed, in a Python started with it on PYTHONPATH (and its children):
+#: a stand-in for a venv holding only the base install, which costs half a minute and a
+#: package index to build (checked that way by hand when the extras were split).
+_UNIMPORTABLE = """
+import os
+import sys
+
+
+class Unimportable:
+    names = set(filter(None, os.environ.get("EVALKIT_TEST_UNIMPORTABLE", "").split(",")))
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Unimportable())
+"""
+
+
+@pytest.fixture(scope="module")
+def lean(tmp_path_factory: pytest.TempPathFactory):
+    """Run ``python ARGS…`` where no extra can be imported (nor the modules in ``also``)."""
+    folder = tmp_path_factory.mktemp("lean-python")
+    (folder / "sitecustomize.py").write_text(_UNIMPORTABLE, encoding="utf-8")
+
+    def run(*args: str | Path, also: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]),
+               "EVALKIT_TEST_UNIMPORTABLE": ",".join(sorted(EXTRA_MODULES | set(also)))}
+        return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    return run
+
+
+CLI = ("-m", "evalkit.cli")
+
+
+@pytest.mark.slow  # several evalkit processes
+def test_the_scoring_commands_run_with_no_extra_installed(lean, tmp_path: Path) -> None:
+    report, dataset = tmp_path / "ci", tmp_path / "dataset"
+    for args in (["check", "--suite", "suites/stub"],
+                 ["score", "--suite", "suites/stub", "--runs", "recordings/stub/good",
+                  "--report", report],
+                 ["ingest", "recordings/stub/good", "--out", dataset],
+                 ["sql", dataset, "select count(*) from runs"],
+                 ["diff", report, report],
+                 ["verify", "recordings/stub/good"]):
+        done = lean(*CLI, *args, also=("matplotlib",))
+        assert done.returncode == 0, (args[0], done.stderr)
+    done = lean(*CLI, "report", report, "-o", tmp_path / "report.html")
+    assert done.returncode == 0, done.stderr
+    assert "<svg" in (tmp_path / "report.html").read_text(encoding="utf-8")
+
+
+def test_the_public_api_imports_with_no_extra_installed(lean) -> None:
+    # Whatever ``evalkit`` exports, each name fetched: lazy exports are imported too.
+    done = lean("-c", "import evalkit\nfor name in getattr(evalkit, '__all__', ()):\n"
+                "    getattr(evalkit, name)\n", also=("matplotlib",))
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow  # several evalkit processes
+def test_an_agent_of_your_own_runs_with_no_extra_installed(lean, tmp_path: Path) -> None:
+    from tests.harness.conftest import FOREIGN, foreign_suite
+
+    suite = foreign_suite(tmp_path / "sums.yaml")
+    done = lean(*CLI, "run", "--suite", suite, "--out", tmp_path / "out", "--quiet", "--",
+                *FOREIGN)
+    assert done.returncode == 0, done.stderr
+
+
+AGENT = "needs the agent extra: pip install 'evalkit[agent]'"
+
+
+BUILTIN = f"the built-in runtime (no agent after --) {AGENT}"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    pytest.param(["mission", "hello"], f"evalkit mission {AGENT}", id="mission"),
+    pytest.param(["mission", "--help"], f"evalkit mission {AGENT}", id="mission --help"),
+    pytest.param(["replay", "recordings/stub/good/chaining"], f"evalkit replay {AGENT}",
+                 id="replay"),
+    pytest.param(["regrade", "recordings/stub/good", "--out", "{out}"],
+                 f"evalkit regrade {AGENT}", id="regrade"),
+    pytest.param(["record-corpus", "--out", "{out}"], f"evalkit record-corpus {AGENT}",
+                 id="record-corpus"),
+    pytest.param(["run", "--suite", "suites/stub", "--out", "{out}"], BUILTIN, id="run"),
+    pytest.param(["measure", "--suite", "suites/stub", "--out", "{out}"], BUILTIN,
+                 id="measure"),
+    pytest.param(["run", "--suite", "suites/stub", "--out", "{out}", "--executor", "ray", "--",
+                  sys.executable, "-c", "pass"],
+                 "--executor ray needs the ray extra: pip install 'evalkit[ray]'",
+                 id="run --executor ray"),
+])
+def test_a_command_that_needs_a_missing_extra_names_it(lean, tmp_path: Path,
+                                                      args: list[str], said: str) -> None:
+    out = tmp_path / "out"
+    done = lean(*CLI, *(a.format(out=out) for a in args))
+    assert (done.returncode, done.stderr, done.stdout) == (2, f"Error: {said}\n", "")
+    assert not out.exists()  # refused before anything was made

@@ -45,12 +45,12 @@ from evalkit.eval.harness_files import (
     REPORT_FILE,
 )
 from evalkit.eval.runner import (
-    EXECUTORS,
     Agent,
     Job,
     Progress,
     ReportWriter,
     agent_for,
+    check_executor,
     commit,
     execute,
     executor_session,
@@ -261,8 +261,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
         raise EvalkitError(f"--repeat must be 1 or more, not {repeat}")
     if timeout_s <= 0:
         raise EvalkitError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
-    if executor not in EXECUTORS:
-        raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
+    check_executor(executor)
     rows = select(configs)
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant, secrets)

@@ -68,6 +68,7 @@ from evalkit.eval.harness_files import (
 from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite
+from evalkit.extras import BUILTIN_RUNTIME, RAY_EXECUTOR, require
 from evalkit.redact import REDACTED, Redactor, declared_secrets, is_credential_name, remember
 from evalkit.store.layout import EVENTS_FILE, MANIFEST_FILE
 from evalkit.store.replace import replace_file
@@ -471,8 +472,7 @@ def execute(jobs: Sequence[Job], *, workers: int = 1, executor: str = "local",
             progress: Progress | None = None, ray_address: str | None = None
             ) -> list[dict[str, Any]]:
     """Run every job; captures come back in job order whatever order they finished in."""
-    if executor not in EXECUTORS:
-        raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
+    check_executor(executor)
     if workers < 1:
         raise EvalkitError(f"--jobs must be 1 or more, not {workers}")
     if not jobs:
@@ -495,6 +495,14 @@ def execute(jobs: Sequence[Job], *, workers: int = 1, executor: str = "local",
     finally:
         pool.shutdown(wait=True)
     return results  # type: ignore[return-value]
+
+
+def check_executor(executor: str) -> None:
+    """Refuse an executor that cannot run here, before a folder is made or an agent started."""
+    if executor not in EXECUTORS:
+        raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
+    if executor == "ray":
+        require(RAY_EXECUTOR)
 
 
 def _execute_ray(jobs: Sequence[Job], workers: int, progress: Progress | None,
@@ -531,10 +539,9 @@ def executor_session(executor: str, address: str | None = None) -> Iterator[None
     if executor != "ray":
         yield
         return
-    try:
-        import ray
-    except ImportError:
-        raise EvalkitError("--executor ray needs Ray: pip install 'ray[default]'") from None
+    check_executor(executor)
+    import ray
+
     if ray.is_initialized():
         yield
         return
@@ -690,6 +697,7 @@ def agent_for(suite: Suite, spawn: Sequence[str] | None, variant: str | None = N
                                f"{stem}.yaml for any mission; --agent takes "
                                f"{', '.join(held) or 'nothing here'}")
         variant = None if variant == GOOD else variant
+    require(BUILTIN_RUNTIME)  # each mission would fail alike, one process at a time
     # Absolute: the agent's working directory may be a staged fixtures folder.
     return Agent(agents=agents.resolve(), variant=variant, extra=tuple(extra),
                  skill=skill.resolve() if skill is not None else None,
@@ -818,8 +826,7 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     suite = gate(suite_path)
     if timeout_s <= 0:
         raise EvalkitError(f"--timeout must be more than 0 seconds, not {timeout_s:g}")
-    if executor not in EXECUTORS:
-        raise EvalkitError(f"--executor takes one of {', '.join(EXECUTORS)}, not {executor!r}")
+    check_executor(executor)
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant, secrets)
     staging.fixture_plan(suite, missions)  # refused before --out is made
