@@ -32,7 +32,8 @@ from typing import Any
 
 from evalkit.forkserver.wire import SERVED, receive, send, served
 
-#: Set in a process the fork server forked: that server's address.
+#: The fork server this process's MCP servers may be forked from: set in a process that
+#: server forked (a test session sets it for its unit tests' stub planes).
 forked_by: str | None = None
 #: How long the server may take to import what it preloads before missions are spawned.
 START_TIMEOUT_S = 60.0
@@ -50,11 +51,16 @@ def relayed(argv: Sequence[str]) -> list[str]:
     return [sys.executable, "-S", _WIRE, forked_by, "--", *argv]
 
 
+def switched_off() -> bool:
+    """``EVALKIT_FORKSERVER=off``: spawn everything (to compare, or to rule the server out)."""
+    return os.environ.get("EVALKIT_FORKSERVER", "").lower() in _OFF
+
+
 @contextlib.contextmanager
 def serving() -> Iterator[None]:
     """Fork the built-in runtime's missions while this lasts (``popen``)."""
     global _active
-    if _active is not None or os.environ.get("EVALKIT_FORKSERVER", "").lower() in _OFF:
+    if _active is not None or switched_off():
         yield
         return
     server = _active = ForkServer()
@@ -178,7 +184,8 @@ class ForkServer:
         self.address = os.path.join(self._folder, "socket")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "evalkit.forkserver", self.address, *self.modules],
+                [sys.executable, "-m", "evalkit.forkserver", self.address,
+                 *(self.modules if self.modules != SERVED else ())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self._folder,
                 start_new_session=True)
         except OSError as exc:

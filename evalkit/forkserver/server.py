@@ -93,7 +93,7 @@ class Child:
         sys.dont_write_bytecode = bool(self.env.get("PYTHONDONTWRITEBYTECODE"))
         _fresh_stdio(unbuffered=bool(self.env.get("PYTHONUNBUFFERED")))
         if not sys.flags.safe_path:
-            sys.path[0] = self.cwd
+            sys.path[0] = os.getcwd()  # what -m puts first: the directory, symlinks resolved
         sys.argv = ["-m", *self.argv[3:]]
         sys.orig_argv = list(self.argv)
         sys.modules["__main__"] = types.ModuleType("__main__")
