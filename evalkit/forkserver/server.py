@@ -87,7 +87,11 @@ class Child:
         _place(self.fds, self.targets)
         if self.new_session:
             os.setsid()
-        os.chdir(self.cwd)
+        try:
+            os.chdir(self.cwd)
+        except OSError as exc:  # it was a directory a moment ago, in the server
+            os.write(2, f"cannot enter {self.cwd}: {exc.strerror}\n".encode())
+            os._exit(127)
         os.environ.clear()
         os.environ.update(self.env)
         sys.dont_write_bytecode = bool(self.env.get("PYTHONDONTWRITEBYTECODE"))
@@ -174,12 +178,14 @@ class Zygote:
         """Serve until told to stop (None), or return in a child what it is to become."""
         while not self.closing or self.running:
             for key, _ in self.selector.select():
+                if self.selector.get_map().get(key.fd) is not key:
+                    continue  # let go of by a handler earlier in this round
                 handler: Callable[[Any], Child | None] = key.data
                 child = handler(key.fileobj)
                 if child is not None:
-                    child.inherited = [self.selector, self.listener,
-                                       *(r.conn for r in self.running.values() if r.conn),
-                                       *(r.pidfd for r in self.running.values())]
+                    child.inherited += [self.selector, self.listener,
+                                        *(r.conn for r in self.running.values() if r.conn),
+                                        *(r.pidfd for r in self.running.values())]
                     return child
         self.selector.close()
         self.listener.close()
@@ -212,11 +218,17 @@ class Zygote:
                          address=self.address, inherited=[conn])
         for fd in fds:
             os.close(fd)
-        if pid is None:
+        try:
+            pidfd = os.pidfd_open(pid) if pid is not None else None
+        except OSError:  # a child nobody could watch is no child: it never ran its module
+            os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+            os.waitpid(pid, 0)  # type: ignore[arg-type]
+            pidfd = None
+        if pidfd is None:
             _answer(conn, {"refused": "fork failed"})
             conn.close()
             return None
-        running = _Running(pid, os.pidfd_open(pid), conn, bool(request.get("new_session")))
+        running = _Running(pid, pidfd, conn, bool(request.get("new_session")))  # type: ignore[arg-type]
         self.running[running.pidfd] = running
         self.selector.register(running.pidfd, selectors.EVENT_READ, self._reap)
         self.selector.register(conn, selectors.EVENT_READ, self._requester)
@@ -283,7 +295,7 @@ class Zygote:
         return None
 
     def _requester(self, conn: Any) -> None:
-        running = next(r for r in self.running.values() if r.conn is conn)
+        running = next(r for r in self.running.values() if r.conn is conn)  # registered: one
         try:
             message, fds = receive(conn)
             for fd in fds:
