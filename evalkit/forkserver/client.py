@@ -82,12 +82,14 @@ class Forked:
     """A forked child, as much of ``subprocess.Popen`` as the harness uses."""
 
     def __init__(self, conn: socket.socket, pid: int, args: Sequence[str],
-                 new_session: bool) -> None:
+                 new_session: bool, stderr: int | None = None) -> None:
         self.args = list(args)
         self.pid = pid
         self.returncode: int | None = None
         self._conn = conn
         self._new_session = new_session
+        #: A copy of the child's stderr, to say so there if the server dies under it.
+        self._stderr = stderr
 
     def poll(self) -> int | None:
         try:
@@ -109,9 +111,15 @@ class Forked:
             # The server died: the child is as good as lost; it goes as if killed.
             _kill(self.pid, self._new_session)
             self.returncode = -signal.SIGKILL
+            if self._stderr is not None:
+                _say(self._stderr, "evalkit: the fork server died; this process was killed "
+                                   "with it\n")
         else:
             self.returncode = message["exit"]
         self._conn.close()
+        if self._stderr is not None:
+            os.close(self._stderr)
+            self._stderr = None
         return self.returncode
 
 
@@ -150,11 +158,19 @@ class ForkServer:
                 return nulls[-1]
             return int(stream)
 
-        fds = [fd_of(stream, n) for n, stream in enumerate((stdin, stdout, stderr))]
-        fds += list(pass_fds)
-        request = {"argv": list(argv), "env": dict(os.environ if env is None else env),
-                   "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()),
-                   "fds": [0, 1, 2, *pass_fds], "new_session": start_new_session}
+        try:
+            fds = [fd_of(stream, n) for n, stream in enumerate((stdin, stdout, stderr))]
+            return self._ask(argv, fds + list(pass_fds), [0, 1, 2, *pass_fds],
+                             os.path.abspath(cwd if cwd is not None else os.getcwd()),
+                             dict(os.environ if env is None else env), start_new_session)
+        finally:
+            for fd in nulls:
+                os.close(fd)
+
+    def _ask(self, argv: Sequence[str], fds: list[int], targets: list[int], cwd: str,
+             env: dict[str, str], new_session: bool) -> Forked | None:
+        request = {"argv": list(argv), "env": env, "cwd": cwd, "fds": targets,
+                   "new_session": new_session}
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             conn.connect(self.address)  # type: ignore[arg-type]
@@ -164,14 +180,11 @@ class ForkServer:
             conn.close()
             self.broken = f"the fork server stopped answering ({exc})"
             return None
-        finally:
-            for fd in nulls:
-                os.close(fd)
         if reply is None or not isinstance(reply.get("pid"), int):
             conn.close()
             self.last_refusal = (reply or {}).get("refused") or "no answer"
             return None
-        return Forked(conn, reply["pid"], argv, start_new_session)
+        return Forked(conn, reply["pid"], argv, new_session, os.dup(fds[2]))
 
     def _started(self) -> bool:
         with self._lock:
@@ -216,6 +229,13 @@ class ForkServer:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
+
+
+def _say(fd: int, line: str) -> None:
+    try:
+        os.write(fd, line.encode())
+    except OSError:
+        pass
 
 
 def _kill(pid: int, group: bool) -> None:

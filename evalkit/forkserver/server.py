@@ -356,11 +356,11 @@ def main(argv: list[str]) -> None:
     """
     if len(argv) < 2:
         sys.exit("usage: python -m evalkit.forkserver ADDRESS [MODULE...]")
-    zygote = Zygote(argv[1], tuple(argv[2:]) or SERVED)
     try:
         os.close(os.pidfd_open(os.getpid()))  # children are watched through pidfds
-    except (AttributeError, OSError):
-        sys.exit("evalkit fork server: this kernel has no pidfd_open; missions are spawned")
+        zygote = Zygote(argv[1], tuple(argv[2:]) or SERVED)
+    except (AttributeError, OSError) as exc:  # not Linux 5.3+, or no seqpacket Unix sockets
+        sys.exit(f"evalkit fork server: cannot serve here ({exc}); missions are spawned")
     zygote.preload()
     gc.freeze()  # this process's objects are every child's: never collected, never copied
     sys.stdout.write("ready\n")

@@ -211,12 +211,13 @@ def test_a_requester_that_goes_away_takes_its_child_with_it(server: ForkServer,
 
 def test_when_the_server_dies_its_children_go_and_later_requests_are_spawned(
         server: ForkServer, work: Path) -> None:
-    proc, read, _ = launch(server.fork, work, "sleep")
+    proc, read, out = launch(server.fork, work, "sleep")
     assert os.read(read, 8) == b"sleeping"
     assert server._proc is not None
     server._proc.kill()
     assert proc.wait(10) == -signal.SIGKILL
     assert _gone(proc.pid)
+    assert "the fork server died; this process was killed with it" in out.read_text()
     os.close(read)
     again, read, _ = launch(server.fork, work)
     os.close(read)
