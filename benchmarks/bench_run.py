@@ -12,16 +12,18 @@ sets what the missions cost against the work their loops report:
 - CPU per mission: user + system time of the command's whole process tree
   (``RUSAGE_CHILDREN``) over the missions.
 
-Each figure is the median over ``--repeat`` runs (alternate runs hit a noisy
-minute alike). Everything is written under benchmarks/out/ (gitignored).
+Each figure is the median over ``--repeat`` runs. ``--spawn`` spawns every
+mission (``EVALKIT_FORKSERVER=off``), as ``run`` did before it forked them from
+a fork server. Everything is written under benchmarks/out/ (gitignored).
 
-    python benchmarks/bench_run.py [--suite suites/stub] [--jobs 1] [--repeat 3]
+    python benchmarks/bench_run.py [--suite suites/stub] [--jobs 1] [--repeat 3] [--spawn]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -62,12 +64,13 @@ def loop_seconds(events: Path) -> float:
     raise SystemExit(f"{events} holds no mission_finished: the mission did not finish")
 
 
-def run_once(suite: Path, jobs: int, out: Path) -> Figures:
+def run_once(suite: Path, jobs: int, out: Path, spawn: bool) -> Figures:
     shutil.rmtree(out, ignore_errors=True)
     argv = [sys.executable, "-m", "evalkit.cli", "run", "--suite", str(suite), "--out", str(out),
             "--jobs", str(jobs), "--quiet"]
     cpu0, t0 = cpu_of_children(), time.perf_counter()
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=False)
+    env = {**os.environ, **({"EVALKIT_FORKSERVER": "off"} if spawn else {})}
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     wall, cpu = time.perf_counter() - t0, cpu_of_children() - cpu0
     if done.returncode != 0:
         raise SystemExit(f"evalkit run exited {done.returncode}:\n{done.stderr}")
@@ -82,8 +85,11 @@ def main() -> None:
     parser.add_argument("--suite", type=Path, default=REPO / "suites" / "stub")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--spawn", action="store_true",
+                        help="spawn every mission (EVALKIT_FORKSERVER=off)")
     args = parser.parse_args()
-    runs = [run_once(args.suite.resolve(), args.jobs, OUT / f"rep{i}") for i in range(args.repeat)]
+    runs = [run_once(args.suite.resolve(), args.jobs, OUT / f"rep{i}", args.spawn)
+            for i in range(args.repeat)]
     missions = runs[0].missions
     med = statistics.median
 
@@ -97,7 +103,8 @@ def main() -> None:
         ("beyond the loop", [statistics.mean(r.beyond) for r in runs]),
         ("CPU per mission", [r.cpu_s / r.missions for r in runs]),
     ]
-    print(f"suite {args.suite}, --jobs {args.jobs}: {missions} missions, "
+    how = "spawned" if args.spawn else "forked where the fork server can"
+    print(f"suite {args.suite}, --jobs {args.jobs}: {missions} missions ({how}), "
           f"{args.repeat} run(s); seconds per mission")
     print(f"{'':18} {'median':>7}   each run")
     for name, values in rows:

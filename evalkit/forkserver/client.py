@@ -8,7 +8,9 @@ harness signals its process group exactly as it would a spawned one's; only
 its exit status comes back over the server's socket (``Forked``).
 
 In a process the server forked, ``relayed`` turns an MCP server's argv into
-the relay's (``wire.relay``) when that server can be forked too.
+the relay's (``wire.relay``) when that server can be forked too: the relay is
+what the MCP client spawns and speaks stdio to, and it hands that stdio to the
+forked server.
 
 The server listens in a private folder under ``/tmp``, which the bubblewrap
 sandbox replaces with its own: sandboxed code cannot reach it.
@@ -45,7 +47,7 @@ _active: ForkServer | None = None
 
 
 def relayed(argv: Sequence[str]) -> list[str]:
-    """``argv``, or the relay that has the fork server that forked this process fork it."""
+    """``argv``, or the relay that has ``forked_by`` fork it (when it serves ``argv``)."""
     if forked_by is None or not served(argv):
         return list(argv)
     return [sys.executable, "-S", _WIRE, forked_by, "--", *argv]
