@@ -1,9 +1,14 @@
-"""Every test session gets a state folder of its own.
+"""Every test session gets a state folder of its own, and a fork server for stub planes.
 
 The run store, audit log, approvals and signing key default to the user's
 state folder (``evalkit.store.state``); a test run must neither read a
 developer's nor leave keys and runs behind, so ``EVALKIT_HOME`` points into
 the session's temporary folder — for this process and every one it spawns.
+
+A unit test's tool plane gets its stub MCP server forked, behind the relay, from a
+fork server that has imported it (``evalkit.forkserver``): still a server process
+spoken to over stdio, at a tenth of the cost of spawning one. Tests marked ``slow``
+spawn theirs, so the plain spawn stays covered (``EVALKIT_FORKSERVER=off``: all do).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from evalkit.forkserver import client
+from evalkit.forkserver.client import ForkServer
 from evalkit.store.state import HOME_ENV
 
 
@@ -27,3 +34,20 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ.pop(HOME_ENV, None)
         else:
             os.environ[HOME_ENV] = before
+
+
+@pytest.fixture(scope="session")
+def _stub_fork_server() -> Iterator[ForkServer]:
+    server = ForkServer()  # started by the first unit test that asks
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(autouse=True)
+def _forked_stub_planes(request: pytest.FixtureRequest, _stub_fork_server: ForkServer,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("slow") is None and not client.switched_off() \
+            and _stub_fork_server._started():
+        monkeypatch.setattr(client, "forked_by", _stub_fork_server.address)

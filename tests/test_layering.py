@@ -36,6 +36,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "report": {"runtime", "commands", "cli"},
     "grounding": {"runtime", "eval", "report", "store", "commands", "cli"},
     "planes": {"runtime", "eval", "report", "store", "commands", "cli"},
+    "forkserver": {"runtime", "eval", "report", "store", "commands", "cli", "grounding", "planes"},
 }
 
 

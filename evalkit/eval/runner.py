@@ -69,6 +69,7 @@ from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite
 from evalkit.extras import BUILTIN_RUNTIME, RAY_EXECUTOR, require
+from evalkit.forkserver import client as forkserver
 from evalkit.redact import REDACTED, Redactor, declared_secrets, is_credential_name, remember
 from evalkit.store.layout import EVENTS_FILE, MANIFEST_FILE
 from evalkit.store.replace import replace_file
@@ -297,7 +298,7 @@ def run_mission(job: Job) -> dict[str, Any]:
         try:
             if unstaged is not None:
                 raise _Unstaged(unstaged)
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout_write,
+            proc = forkserver.popen(argv, stdin=subprocess.DEVNULL, stdout=stdout_write,
                                     stderr=stderr_write, cwd=cwd, env=env,
                                     pass_fds=(events_write,), start_new_session=True)
         except (_Unstaged, OSError, ValueError) as exc:
@@ -336,7 +337,7 @@ def run_mission(job: Job) -> dict[str, Any]:
     return capture
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float, capture: dict[str, Any]) -> None:
+def _wait(proc: subprocess.Popen[bytes] | forkserver.Forked, timeout_s: float, capture: dict[str, Any]) -> None:
     """Wait for the agent, winding it up at the timeout; its exit lands in ``capture``."""
     with _LIVE_LOCK:
         _LIVE.add(proc.pid)
@@ -531,13 +532,15 @@ def _execute_ray(jobs: Sequence[Job], workers: int, progress: Progress | None,
 
 @contextlib.contextmanager
 def executor_session(executor: str, address: str | None = None) -> Iterator[None]:
-    """Ray started (or joined) once around everything that executes; nothing for ``local``.
+    """Ray started (or joined) once around everything that executes; for ``local``, the
+    fork server the built-in runtime's missions are forked from (``evalkit.forkserver``).
 
     Joins ``address`` (or ``RAY_ADDRESS``) when given, else starts a local cluster and
     shuts it down on the way out. Ray is imported only here.
     """
     if executor != "ray":
-        yield
+        with forkserver.serving():
+            yield
         return
     check_executor(executor)
     import ray

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from evalkit.errors import EvalkitError
+from evalkit.forkserver.client import relayed
 from evalkit.runtime.tools.descriptor import BUILTIN_PLANE, ToolResult
 from evalkit.runtime.tools.mcp_scopes import hints_of
 from evalkit.store.reader import whole_characters
@@ -154,8 +155,9 @@ class _Connection:
         from evalkit import __version__
 
         extra_env = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
-        params = StdioServerParameters(command=self.spec.argv[0], args=list(self.spec.argv[1:]),
-                                       cwd=str(cwd), env=extra_env)
+        argv = relayed(self.spec.argv)  # the stub, forked, where this mission was forked
+        params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(cwd),
+                                       env=extra_env)
         try:
             async with stdio_client(params, errlog=errlog) as (read, write):
                 info = Implementation(name="evalkit", version=__version__)
