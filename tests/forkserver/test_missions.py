@@ -58,8 +58,25 @@ def spawned(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return kinds
 
 
+@pytest.fixture
+def server_folders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders the fork servers started in this test listen in."""
+    folders: list[str] = []
+    mkdtemp = client.tempfile.mkdtemp
+
+    def noting(*args: Any, **options: Any) -> str:
+        folder = mkdtemp(*args, **options)
+        if options.get("prefix") == "evalkit-fork-":
+            folders.append(folder)
+        return folder
+
+    monkeypatch.setattr(client.tempfile, "mkdtemp", noting)
+    return folders
+
+
 def test_run_forks_every_mission_and_scores_them_as_spawned_ones(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawned: list[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawned: list[str],
+        server_folders: list[str]) -> None:
     monkeypatch.chdir(tmp_path)
     suite = stub_suite(tmp_path / "suite", {})
     forked, plain = tmp_path / "forked", tmp_path / "plain"
@@ -80,11 +97,12 @@ def test_run_forks_every_mission_and_scores_them_as_spawned_ones(
                     for line in (f / key / "events.jsonl").read_text().splitlines()]
                    for f in (forked, plain)]
         assert streams[0] == streams[1]
-    assert not _leftovers()
+    assert server_folders and not _leftovers(server_folders)
 
 
 def test_a_forked_mission_past_its_timeout_is_wound_up_and_its_stub_goes_too(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawned: list[str]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spawned: list[str],
+        server_folders: list[str]) -> None:
     monkeypatch.chdir(tmp_path)
     suite = stub_suite(tmp_path / "suite", {"h0": 8})
     out = tmp_path / "out"
@@ -98,7 +116,7 @@ def test_a_forked_mission_past_its_timeout_is_wound_up_and_its_stub_goes_too(
     last = json.loads((out / "h0" / "events.jsonl").read_text().splitlines()[-1])
     assert last["event"] == "mission_finished" and last["outcome"] == "incomplete"
     assert capture["exit_code"] in (0, -signal.SIGKILL)  # wound up, or killed after the grace
-    assert not _leftovers()
+    assert server_folders and not _leftovers(server_folders)
 
 
 @pytest.fixture
@@ -196,7 +214,15 @@ def test_a_forked_mission_is_refused_nothing_a_spawned_one_gets(tmp_path: Path) 
     assert [f["outcome"] for f in finished] == ["answered", "answered"]
 
 
-def _leftovers() -> list[str]:
-    """Processes of a fork server, its relays or its children still around."""
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if "evalkit-fork-" in line]
+def _leftovers(folders: list[str]) -> list[str]:
+    """Processes of the fork servers listening in ``folders``, their relays or their children
+    still around (those of other tests and other jobs on the host are not this test's)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone already, or not a process
+            continue
+        if any(folder in args for folder in folders):
+            found.append(args)
+    return found
