@@ -9,7 +9,7 @@ import re2
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from evalkit.eval import verdict as verdict_module
+from evalkit.eval.checks import answer as answer_check
 from evalkit.eval.diff import check_of
 from evalkit.eval.suite import Mission
 from evalkit.eval.summary import summarize
@@ -198,7 +198,7 @@ def test_answer_patterns_mean_what_an_re2_search_means(body: str, folded: bool,
     pattern = ("(?i)" if folded else "") + body
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        got = verdict_module._search(pattern, answer)
+        got = answer_check._search(pattern, answer)
     options = re2.Options()
     options.log_errors = False
     try:
