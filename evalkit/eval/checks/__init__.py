@@ -45,7 +45,7 @@ ENTRY_POINT_GROUP = "evalkit.checks"
 #: The built-in checks, by module, in the order a verdict lists their reasons.
 BUILT_IN: tuple[str, ...] = (
     "expects_tools", "forbids_tools", "expects_outcome", "expects_grounded", "answer",
-    "max_reply_rejected", "must_not_stage",
+    "max_reply_rejected", "must_not_stage", "max_model_calls",
 )
 
 
