@@ -192,6 +192,7 @@ _ANSWER_TEXT = st.text(alphabet="aAbBsSkK iI_-,'\"#.\nſKıé", max_size=40)
 @example(body="s", folded=True, answer="a long ſ")  # U+017F: no ASCII shortcut
 @example(body="I CANNOT", folded=True, answer="well, i cannot")
 @example(body="[[a]", folded=False, answer="x[a")
+@example(body="[[", folded=False, answer="")  # Python's parser warns of a nested set
 def test_answer_patterns_mean_what_an_re2_search_means(body: str, folded: bool,
                                                        answer: str) -> None:
     """The plain-word shortcut finds exactly what RE2 would (the engine answer patterns run on)."""

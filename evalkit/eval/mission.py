@@ -89,16 +89,12 @@ class Mission:
         put(self, "line", line)
 
     def __getattr__(self, name: str) -> Any:
-        """A check field: what the suite gave, else its default (not checked)."""
-        if name == "settings":  # not set yet: nothing else can be read either
-            raise AttributeError(name)
-        try:
-            return self.settings[name]
-        except KeyError:
-            spec = field(name)
-        if spec is None:
-            raise AttributeError(f"a Mission has no field {name!r}") from None
-        return spec.default
+        """A check field met for the first time: from now on ``_CheckField`` answers it."""
+        if name == "settings" or field(name) is None:  # settings unset: nothing is set yet
+            raise AttributeError(f"a Mission has no field {name!r}")
+        check_field = _CheckField(name)
+        type.__setattr__(Mission, name, check_field)
+        return check_field.__get__(self)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"a Mission is immutable: cannot set {name!r}")
@@ -128,6 +124,35 @@ class Mission:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _rebuild, (dict(self._fields()), self.line)
+
+
+class _CheckField:
+    """A check field read as an attribute: what the suite gave, else the field's default.
+
+    Installed on ``Mission`` the first time each field is read (a lookup that
+    falls through to ``__getattr__`` costs ten times a slot's, and the checks
+    read their fields for every verdict). A check taken out of the registry
+    takes its field with it: reading it is an ``AttributeError`` again.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, mission: Mission | None, owner: type | None = None) -> Any:
+        if mission is None:
+            return self
+        value = mission.settings.get(self.name, _ABSENT)
+        if value is not _ABSENT:
+            return value
+        spec = field(self.name)
+        if spec is None:
+            raise AttributeError(f"a Mission has no field {self.name!r}")
+        return spec.default
+
+
+_ABSENT: Any = object()
 
 
 def _rebuild(fields: dict[str, Any], line: int | None) -> Mission:

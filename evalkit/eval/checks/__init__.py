@@ -95,9 +95,9 @@ class Check:
         """Every name a reason of this check may carry in ``Verdict.checks``."""
         return (self.name, *self.emits)
 
-    def reasons_for(self, mission: Mission, summary: RunSummary) -> list[tuple[str, str]]:
-        """(check, sentence) for every way the run fails this check."""
-        return [_named(said, self.name, self.names) for said in self.judge(mission, summary)]
+    def named(self, said: Said) -> tuple[str, str]:
+        """(check, sentence) of one thing ``judge`` said."""
+        return (self.name, said) if isinstance(said, str) else _named(said, self.name, self.names)
 
     def problems(self, mission: Mission, rules: Rules) -> list[tuple[str, str]]:
         """(field, sentence) for every reason the mission cannot be graded by this check."""
@@ -168,6 +168,9 @@ class _Registry:
             raise CheckError(f"check {check.name!r} names no mission field that sets it")
         core = {f.name for f in CORE_FIELDS}
         for f in check.fields:
+            if not f.name.isidentifier() or f.name.startswith("_") or f.name in _TAKEN:
+                raise CheckError(f"check {check.name!r} cannot name a mission field "
+                                 f"{f.name!r}: use a lower-case identifier of its own")
             if f.kind not in KINDS:
                 raise CheckError(f"check {check.name!r} field {f.name!r} has kind {f.kind!r}; "
                                  f"use one of {', '.join(KINDS)}")
@@ -201,6 +204,9 @@ class _Registry:
 
 
 _REGISTRY = _Registry()
+
+#: Names a mission answers to that are not fields of any check.
+_TAKEN = frozenset({"settings", "line"})
 
 
 def _installed() -> Iterator[Check]:

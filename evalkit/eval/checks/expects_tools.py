@@ -15,10 +15,9 @@ if TYPE_CHECKING:
 
 
 def judge(m: Mission, s: RunSummary) -> Iterator[str]:
-    called = distinct(s.tools_called)
     for tool in m.expects_tools:
-        if tool not in called:
-            yield f"never called {tool}; it called {called!r}"
+        if tool not in s.tools_called:
+            yield f"never called {tool}; it called {distinct(s.tools_called)!r}"
 
 
 def unserved(tools: tuple[str, ...], rules: Rules) -> Iterator[str]:

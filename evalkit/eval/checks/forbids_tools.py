@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from evalkit.eval.checks import Check, Field
 from evalkit.eval.checks.expects_tools import unserved
-from evalkit.eval.verdict import distinct
 
 if TYPE_CHECKING:
     from evalkit.eval.mission import Mission
@@ -19,9 +18,8 @@ if TYPE_CHECKING:
 
 
 def judge(m: Mission, s: RunSummary) -> Iterator[str]:
-    called = distinct(s.tools_called)
     for tool in m.forbids_tools:
-        if tool in called:
+        if tool in s.tools_called:
             yield f"reached for {tool}, which this mission forbids (and called it)"
         elif tool in s.gate_tools or tool in s.rejected_tools:
             yield (f"reached for {tool}, which this mission forbids "
