@@ -135,6 +135,9 @@ def test_after_unregistering_the_field_is_unknown_again(tmp_path):
      "field 'x' has kind 'float'; use one of str, strs, bool, int"),
     (dataclasses.replace(SHORT, fields=()), "names no mission field that sets it"),
     (dataclasses.replace(SHORT, reasons=(("^x", "other"),)), "reads reasons back as 'other'"),
+    (dataclasses.replace(SHORT, reasons=(("(", "max_answer_chars"),)), "which does not compile"),
+    (dataclasses.replace(SHORT, fields=(Field("line", "int", "int", "x"),)),
+     "cannot name a mission field 'line'"),
 ])
 def test_a_check_that_would_clash_is_refused_in_one_sentence(clash, said):
     with pytest.raises(CheckError) as refused:

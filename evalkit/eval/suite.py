@@ -52,19 +52,13 @@ from typing import Any
 
 import yaml
 
-from evalkit.errors import EvalkitError
 from evalkit.eval import checks
 from evalkit.eval.mission import CORE_FIELDS, MISSION_FIELDS, REQUIRED_FIELDS, Mission
-from evalkit.eval.suite_text import (
-    _FAST_PATH_FROM,  # noqa: F401 - report.fanout reads it here
-    SUITE_FILES,
-    TextError,
-    large_json,
-    parse,
-)
-from evalkit.eval.suite_text import Tree as _Tree
-from evalkit.eval.suite_text import read_text as _read_text
-from evalkit.eval.suite_text import suite_file as _text_suite_file
+from evalkit.eval.suite_text import _FAST_PATH_FROM as _FAST_PATH_FROM  # report.fanout's
+from evalkit.eval.suite_text import SUITE_FILES, SuiteError, large_json, parse, read_text
+from evalkit.eval.suite_text import Tree as _Tree  # suite_pieces builds with it
+from evalkit.eval.suite_text import counted as counted
+from evalkit.eval.suite_text import suite_file as _suite_file
 
 #: The capability vocabulary every suite starts from.
 CAPABILITIES: tuple[str, ...] = (
@@ -79,7 +73,7 @@ SPLITS: tuple[str, ...] = ("train", "test")
 PATH_KEYS: tuple[str, ...] = ("skill", "agents", "fixtures")
 
 # Field kinds: how a value is checked and stored (a check field's kind is one of the first four).
-_STR, _STRS, _BOOL, _INT = "str", "strs", "bool", "int"
+_STR, _STRS, _BOOL, _INT = checks.KINDS
 #: A mapping of string to string (``fixture_for``: mission key -> fixture name).
 _MAP = "map"
 
@@ -143,31 +137,6 @@ class Suite:
         return None if value is None else self.path.parent / value
 
 
-class SuiteError(EvalkitError):
-    """A file that is not a suite; ``problems`` lists every reason, one sentence each."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, problems: list[str] | None = None, *,
-                 exit_code: int | None = None, loaded: Loaded | None = None) -> None:
-        super().__init__(message, exit_code=exit_code)
-        self.problems: list[str] = list(problems) if problems is not None else [message]
-        #: What did load despite the problems, so ``check`` can name the rest in the same message.
-        self.loaded = loaded
-
-    @classmethod
-    def from_problems(cls, path: Path, problems: list[str], *,
-                      loaded: Loaded | None = None) -> SuiteError:
-        lines = [f"suite {path} cannot be loaded ({counted(problems)}):"]
-        lines += [f"  - {p}" for p in problems]
-        return cls("\n".join(lines), problems, loaded=loaded)
-
-
-def counted(problems: list[str]) -> str:
-    """"1 problem", "3 problems": how every suite and check message counts them."""
-    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-
-
 @dataclass(frozen=True)
 class Loaded:
     """The part of a refused suite that loaded: its fields, and the missions that had no problem."""
@@ -188,28 +157,18 @@ class Loaded:
 
 def load_suite(path: str | Path) -> Suite:
     """Read a suite file (or a directory holding one); raise ``SuiteError`` if it is not one."""
-    try:
-        file = _suite_file(Path(path))
-        text = _read_text(file)
-        large = large_json(text)
-        if large is not None:
-            # Build a large JSON suite without its YAML node tree; compose the tree
-            # only when there is a problem whose line it can name.
-            try:
-                return _Builder(file, _Tree(), default_name(Path(path))).suite(large)
-            except SuiteError:
-                pass
-        data, tree = parse(file, text)
-    except TextError as exc:
-        raise SuiteError(str(exc), exit_code=exc.exit_code) from None
+    file = _suite_file(Path(path))
+    text = read_text(file)
+    large = large_json(text)
+    if large is not None:
+        # Build a large JSON suite without its YAML node tree; compose the tree
+        # only when there is a problem whose line it can name.
+        try:
+            return _Builder(file, _Tree(), default_name(Path(path))).suite(large)
+        except SuiteError:
+            pass
+    data, tree = parse(file, text)
     return _Builder(file, tree, default_name(Path(path))).suite(data)
-
-
-def _suite_file(path: Path) -> Path:
-    try:
-        return _text_suite_file(path)
-    except TextError as exc:
-        raise SuiteError(str(exc), exit_code=exc.exit_code) from None
 
 
 def default_name(given: Path) -> str:

@@ -1,4 +1,5 @@
-"""A suite file's text as data, with the YAML node tree that knows each value's line.
+"""A suite file's text as data, with the YAML node tree that knows each value's line;
+``SuiteError`` when the file is not a suite's text at all.
 
 YAML is read by libyaml's parser where PyYAML was built with it, and by
 PyYAML's own otherwise; either way the node tree is composed by PyYAML's
@@ -15,12 +16,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.composer import Composer
 
+from evalkit.errors import EvalkitError
 from evalkit.eval import strict_json
+
+if TYPE_CHECKING:
+    from evalkit.eval.suite import Loaded
 
 #: What a directory given as a suite is searched for, first found wins.
 SUITE_FILES: tuple[str, ...] = ("missions.yaml", "missions.yml", "missions.json", "suite.yaml")
@@ -31,12 +36,29 @@ SUITE_FILES: tuple[str, ...] = ("missions.yaml", "missions.yml", "missions.json"
 _FAST_PATH_FROM = 256 * 1024
 
 
-class TextError(ValueError):
-    """The file cannot be read as a suite's text: one sentence, and the exit code."""
+class SuiteError(EvalkitError):
+    """A file that is not a suite; ``problems`` lists every reason, one sentence each."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+    exit_code = 1
+
+    def __init__(self, message: str, problems: list[str] | None = None, *,
+                 exit_code: int | None = None, loaded: Loaded | None = None) -> None:
+        super().__init__(message, exit_code=exit_code)
+        self.problems: list[str] = list(problems) if problems is not None else [message]
+        #: What did load despite the problems, so ``check`` can name the rest in the same message.
+        self.loaded = loaded
+
+    @classmethod
+    def from_problems(cls, path: Path, problems: list[str], *,
+                      loaded: Loaded | None = None) -> SuiteError:
+        lines = [f"suite {path} cannot be loaded ({counted(problems)}):"]
+        lines += [f"  - {p}" for p in problems]
+        return cls("\n".join(lines), problems, loaded=loaded)
+
+
+def counted(problems: list[str]) -> str:
+    """"1 problem", "3 problems": how every suite and check message counts them."""
+    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
 
 
 def suite_file(path: Path) -> Path:
@@ -45,12 +67,12 @@ def suite_file(path: Path) -> Path:
         for name in SUITE_FILES:
             if (path / name).is_file():
                 return path / name
-        raise TextError(f"no suite in folder {path}: expected one of {', '.join(SUITE_FILES)}",
+        raise SuiteError(f"no suite in folder {path}: expected one of {', '.join(SUITE_FILES)}",
                         exit_code=2)
     if not path.exists():
-        raise TextError(f"no suite at {path}: the path does not exist", exit_code=2)
+        raise SuiteError(f"no suite at {path}: the path does not exist", exit_code=2)
     if not path.is_file():
-        raise TextError(f"suite {path} is not a regular file", exit_code=2)
+        raise SuiteError(f"suite {path} is not a regular file", exit_code=2)
     return path
 
 
@@ -58,13 +80,13 @@ def read_text(path: Path) -> str:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise TextError(f"cannot read suite {path}: {exc.strerror or exc}", exit_code=2) from None
+        raise SuiteError(f"cannot read suite {path}: {exc.strerror or exc}", exit_code=2) from None
     if b"\0" in raw:
-        raise TextError(f"suite {path} is a binary file, not YAML or JSON text")
+        raise SuiteError(f"suite {path} is a binary file, not YAML or JSON text")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise TextError(f"suite {path} is not UTF-8 text "
+        raise SuiteError(f"suite {path} is not UTF-8 text "
                         f"(byte {raw[exc.start]:#04x} at offset {exc.start})") from None
 
 
@@ -94,12 +116,12 @@ def parse(path: Path, text: str) -> tuple[Any, Tree]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise TextError(f"suite {path} is not valid JSON: {exc.msg} "
+            raise SuiteError(f"suite {path} is not valid JSON: {exc.msg} "
                             f"(line {exc.lineno}, column {exc.colno})") from None
         except RecursionError:
-            raise TextError(f"suite {path} is not valid JSON: it nests too deeply") from None
+            raise SuiteError(f"suite {path} is not valid JSON: it nests too deeply") from None
         except ValueError as exc:
-            raise TextError(f"suite {path} is not valid JSON: {_reason(exc)}") from None
+            raise SuiteError(f"suite {path} is not valid JSON: {_reason(exc)}") from None
         try:  # JSON is (nearly) YAML: borrow its node tree for line numbers, best effort
             return data, compose(text)[1]
         except Exception:
@@ -107,14 +129,14 @@ def parse(path: Path, text: str) -> tuple[Any, Tree]:
     try:
         return compose(text)
     except RecursionError:
-        raise TextError(f"suite {path} is not valid YAML: it nests too deeply") from None
+        raise SuiteError(f"suite {path} is not valid YAML: it nests too deeply") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise TextError(f"suite {path} is not valid YAML: {exc.problem or exc.context}{where}"
+        raise SuiteError(f"suite {path} is not valid YAML: {exc.problem or exc.context}{where}"
                         ) from None
     except Exception as exc:  # anything the third-party parser throws is about the file
-        raise TextError(f"suite {path} is not valid YAML: {_reason(exc)}") from None
+        raise SuiteError(f"suite {path} is not valid YAML: {_reason(exc)}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -171,5 +193,5 @@ def _repeated_keys(root: yaml.Node) -> frozenset[int]:
     return frozenset(repeated)
 
 
-__all__ = ["SUITE_FILES", "TextError", "Tree", "compose", "large_json", "parse", "read_text",
-           "suite_file"]
+__all__ = ["SUITE_FILES", "SuiteError", "Tree", "compose", "counted", "large_json", "parse",
+           "read_text", "suite_file"]

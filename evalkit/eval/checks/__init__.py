@@ -170,7 +170,8 @@ class _Registry:
         for f in check.fields:
             if not f.name.isidentifier() or f.name.startswith("_") or f.name in _TAKEN:
                 raise CheckError(f"check {check.name!r} cannot name a mission field "
-                                 f"{f.name!r}: use a lower-case identifier of its own")
+                                 f"{f.name!r}: a field is an identifier not starting with _, "
+                                 "and not 'settings' or 'line'")
             if f.kind not in KINDS:
                 raise CheckError(f"check {check.name!r} field {f.name!r} has kind {f.kind!r}; "
                                  f"use one of {', '.join(KINDS)}")
@@ -180,7 +181,11 @@ class _Registry:
                 raise CheckError(f"check {check.name!r} cannot take the mission field "
                                  f"{f.name!r}: it belongs to {owner}")
         for pattern, name in check.reasons:
-            re.compile(pattern)
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise CheckError(f"check {check.name!r} reads reasons back with {pattern!r}, "
+                                 f"which does not compile: {exc}") from None
             if name not in check.names:
                 raise CheckError(f"check {check.name!r} reads reasons back as {name!r}, "
                                  "which is none of its names")
