@@ -170,7 +170,10 @@ class Rules:
         own fields (with the suite), so the answer holds for every mission giving the
         same values, and missions repeat their values: each set is looked at once."""
         values = (check.name, tuple(m.settings.get(f.name) for f in check.fields))
-        found = self.said.get(values)
+        try:
+            found = self.said.get(values)
+        except TypeError:  # a value no suite holds (a list, in a Mission built by hand)
+            return check.problems(m, self)
         if found is None:
             found = self.said[values] = check.problems(m, self)
         return found
