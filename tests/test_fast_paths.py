@@ -249,7 +249,7 @@ def test_one_candidate_resolves_as_the_general_rule_does(key: str, parts: list[s
                 max_size=40))
 @settings(max_examples=300)
 def test_distinct_tools_keep_first_seen_order_without_none(items: list[str | None]) -> None:
-    from evalkit.eval.verdict import _distinct
+    from evalkit.eval.verdict import distinct as _distinct
 
     expected = [item for item in dict.fromkeys(items) if item is not None]
     assert _distinct(tuple(items)) == expected

@@ -15,9 +15,10 @@ from evalkit.gcpause import collector_paused
               help="Suite file (YAML/JSON) or a folder holding missions.yaml.")
 def check(suite_path: Path) -> None:
     """Refuse a suite that cannot be graded, before spending a model."""
-    from evalkit.eval.check import check_path
+    import evalkit
 
-    result = check_path(suite_path)
+    with collector_paused():  # a large suite is many objects built at once, none of them cycles
+        result = evalkit.check(suite_path)
     if not result.ok:
         click.echo(f"suite '{result.suite.name}' is not gradeable "
                    f"({len(result.problems)} problems):", err=True)
@@ -59,10 +60,9 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
     Every stream is checked against its seal first: one altered after it was
     closed is an infrastructure failure, never scored as the run it claims.
     """
+    import evalkit
     from evalkit.errors import EvalkitError
-    from evalkit.eval.check import gradeable
     from evalkit.eval.score import parse_map
-    from evalkit.eval.score import score as score_suite
     from evalkit.report.markdown import (
         Rendered,
         to_json_bytes,
@@ -99,10 +99,9 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
                                       want_markdown=not as_json or report_dir is not None,
                                       verify=not no_verify, checker=checker)
         if rendered is None:
-            suite = gradeable(suite_path, refusing="nothing scored")
-            report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
-                                 split=split, engine=engine, verify=not no_verify,
-                                 checker=checker).to_dict()
+            report = evalkit.score(suite_path, runs=runs, mapping=parse_map(mapping),
+                                   dataset=dataset, split=split, engine=engine,
+                                   verify=not no_verify, checker=checker).to_dict()
             rendered = Rendered(report["passed"],
                                 [to_json_bytes(report)] if as_json or report_dir else None,
                                 [to_markdown(report).encode()] if not as_json or report_dir
