@@ -42,7 +42,7 @@ def check(suite: str | Path | Suite) -> CheckResult:
 
 def score(suite: str | Path | Suite, *, runs: str | Path | None = None,
           mapping: Mapping[str, str | Path] | None = None, dataset: str | Path | None = None,
-          split: str = "all", engine: str = "auto", verify: bool = True,
+          split: str = "all", verify: bool = True,
           trust: Sequence[str | Path] = (), require_signed: bool = False,
           checker: Checker | None = None) -> ScoreReport:
     """Verdicts and KPIs for a suite's missions, from recordings: ``runs`` (a folder of
@@ -68,7 +68,7 @@ def score(suite: str | Path | Suite, *, runs: str | Path | None = None,
         checker = Checker.for_scoring(where, [Path(t) for t in trust],
                                       require_signed=require_signed)
     return score_suite(suite, runs=runs, mapping=mapping, dataset=dataset, split=split,
-                       engine=engine, verify=verify, checker=checker)
+                       verify=verify, checker=checker)
 
 
 def ingest(folder: str | Path, out: str | Path | None = None, *,
