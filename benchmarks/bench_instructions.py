@@ -3,8 +3,8 @@
 On a small shared VM the same work takes one second in one hour and two in
 the next, so a change worth 2% cannot be seen in wall times at all. Valgrind's
 callgrind counts the instructions a process runs, which do not depend on what
-else the machine is doing: this scores a dataset's suite in one process (the
-fan-out's share work, no fork) under callgrind, and once more only importing
+else the machine is doing: this scores a dataset's suite in one process (every
+share judged here, no fork) under callgrind, and once more only importing
 the same modules, and prints both counts and their difference per mission.
 With ``--against TREE`` it counts the evalkit package found in another source
 tree too (``git worktree add /tmp/before HEAD~1``), so two versions compare to
@@ -33,10 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scoring import OUT  # noqa: E402
 
-#: What the share work imports: counted alone, it is subtracted from the scoring run.
+#: What scoring imports: counted alone, it is subtracted from the scoring run.
 _IMPORTS = """
-from evalkit.report import fanout
-from evalkit.eval import tables, check
+from evalkit.eval import check, score, tables
 from evalkit.report import markdown
 """
 
@@ -44,10 +43,12 @@ _SCORE = _IMPORTS + """
 import sys
 from pathlib import Path
 base = Path(sys.argv[1])
-found = fanout.score_rendered(base / "suite.yaml", "all", dataset=base / "dataset.parquet",
-                              want_json={json}, want_markdown={markdown}, workers=1)
-assert found is not None, "this suite is not scored in shares: nothing to count"
-found.__exit__(None, None, None)
+suite = check.gradeable(base / "suite.yaml", refusing="nothing scored")
+report = score.score(suite, dataset=base / "dataset.parquet", workers=1)
+if {json}:
+    report.json_parts()
+if {markdown}:
+    markdown.to_markdown(report.to_dict())
 """
 
 

@@ -6,11 +6,10 @@ includes start-up and peak RSS is that phase's own:
 
   (a) reference   a plain loop: open each events.jsonl, json.loads every line,
                   count — the bar any scorer has to beat;
-  (b) jsonl/py    ``evalkit score --engine python`` (reader + summarize);
-  (b') jsonl/duck ``evalkit score --engine duckdb`` (same verdicts via DuckDB SQL);
-  (c) ingest      ``ingest`` JSONL -> Parquet dataset (MB/s over all JSONL), the
-                  per-run summaries computed and kept as it goes;
-  (d) parquet     ``evalkit score --dataset`` (reads the kept summaries).
+  (b) jsonl      ``evalkit score --runs`` (reader + summarize, in shares over the cores);
+  (c) ingest     ``ingest`` JSONL -> Parquet dataset (MB/s over all JSONL), the
+                 per-run summaries folded and kept as it goes;
+  (d) parquet    ``evalkit score --dataset`` (reads the kept summaries).
 
 Sizes under 10,000 run each phase several times and keep the fastest (``--repeat``);
 larger ones run each phase once, but a phase done in under 10 s three times.
@@ -122,23 +121,17 @@ print(passed, len(suite["missions"]))
 SUMMARIES = r"""
 import sys
 from pathlib import Path
-runs, engine = Path(sys.argv[1]), sys.argv[2]
-files = sorted(runs.glob("*/*/events.jsonl"))
-if engine == "python":
+runs, source = Path(sys.argv[1]), sys.argv[2]
+if source == "python":
     from evalkit.eval.summary import summarize
     from evalkit.store.reader import read_events_file
-    for path in files:
+    for path in sorted(runs.glob("*/*/events.jsonl")):
         read = read_events_file(path)
         summarize(read.records, read.lines, source=str(path), skipped=read.skipped)
-elif engine == "duckdb":
-    from evalkit.eval.tables import summaries_via_duckdb
-    summaries_via_duckdb(runs, files)
-elif engine.startswith("fresh:"):
-    from evalkit.eval.tables import summaries_from_dataset
-    summaries_from_dataset(Path(engine[len("fresh:"):]), stored=False)
 else:
     from evalkit.eval.tables import summaries_from_dataset
-    summaries_from_dataset(Path(engine))
+    refold = source.startswith("refold:")
+    summaries_from_dataset(Path(source.removeprefix("refold:")), stored=not refold)
 """
 
 SUITE = r"""
@@ -313,20 +306,15 @@ def bench(n: int, records: int, only: str | None = None, repeat: int = 1,
         ("(a) reference json.loads", [sys.executable, "-c", REFERENCE, runs], events_mb),
         ("(a') plain per-run scorer", [sys.executable, "-c", PLAIN_SCORER, suite, runs],
          events_mb),
-        ("(b) score jsonl --engine python", [*score, "--runs", runs, "--engine", "python"],
-         events_mb),
-        ("(b') score jsonl --engine duckdb", [*score, "--runs", runs, "--engine", "duckdb"],
-         events_mb),
+        ("(b) score jsonl (--runs)", [*score, "--runs", runs], events_mb),
         ("(c) ingest jsonl -> parquet", [sys.executable, "-c", INGEST, runs, dataset], all_mb),
         ("(d) score --dataset (parquet)", [*score, "--dataset", dataset], events_mb),
-        # The same engines without the CLI, suite and verdicts: summaries only.
+        # The same folds without the CLI, suite and verdicts: summaries only.
         ("  summaries python (lib)", [sys.executable, "-c", SUMMARIES, runs, "python"], events_mb),
-        ("  summaries via duckdb (lib)", [sys.executable, "-c", SUMMARIES, runs, "duckdb"],
-         events_mb),
         ("  summaries kept in dataset (lib)", [sys.executable, "-c", SUMMARIES, runs, dataset],
          events_mb),
-        ("  summaries re-aggregated (lib)", [sys.executable, "-c", SUMMARIES, runs,
-                                             "fresh:" + dataset], events_mb),
+        ("  summaries re-folded (lib)", [sys.executable, "-c", SUMMARIES, runs,
+                                         "refold:" + dataset], events_mb),
         ("  suite load only (lib)", [sys.executable, "-c", SUITE, suite], 0.0),
     ]
     rows = []
@@ -396,11 +384,11 @@ def targets(results: dict[int, dict[str, tuple]]) -> list[str]:
             said = f"{rps / same_n:8.2f} x    (a) at N={n:,}: {'met' if rps >= same_n else 'MISSED'}"
         lines.append(f"  {what:42} {said}")
 
-    row("score ~80 runs, whole process", 80, "(b) score jsonl --engine python", 0.3, "s")
+    row("score ~80 runs, whole process", 80, "(b) score jsonl (--runs)", 0.3, "s")
     for n in sized:
         if n >= 10_000:  # below that the gap is mostly evalkit's imports against a bare loop
             row(f"score jsonl >= reference scorer, N={n:,}", n,
-                "(b) score jsonl --engine python", 0, "x")
+                "(b) score jsonl (--runs)", 0, "x")
     row("100,000 runs from Parquet", 100_000, "(d) score --dataset (parquet)", 2.0, "s")
     row("  its peak RSS (process tree)", 100_000, "(d) score --dataset (parquet)", 1024, "MB")
     row(f"ingest JSONL -> Parquet, N={sized[-1]:,}", sized[-1], "(c) ingest jsonl -> parquet",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from typing import Any
 
 #: A compiled pattern (``re2._Regexp``: ``search``, ``finditer``, ``fullmatch``, ``groups``).
@@ -74,7 +75,9 @@ def _compiled(pattern: str) -> tuple[Pattern | None, str | None]:
 
 def _refusal(pattern: str, said: str) -> str:
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():  # Python's parser warns of what RE2 refused anyway
+            warnings.simplefilter("ignore")
+            re.compile(pattern)
     except (re.error, RecursionError, OverflowError, ValueError) as exc:
         return f"does not compile: {exc}"  # broken in any engine: say it as Python does
     for shape, name in _LACKS:

@@ -491,7 +491,7 @@ def test_check_path_propagates_loader_errors_with_exit_codes(tmp_path):
     assert malformed.value.exit_code == 1
 
 
-# -- the fast path agrees with the detailed rules ------------------------------------
+# -- any suite, and the tool-name filter ------------------------------------
 
 _TOOLS = st.sampled_from(["mcp.add", "mcp.echo", "fs", "Add", "ſtep", "K.kelvin", "step", "-", "a-b",
                           "x.y.z", "İstanbul", "run_python_code", ".", "mcp.", "é"])
@@ -543,12 +543,14 @@ _HYPO = settings(max_examples=300, deadline=None)
 
 @_HYPO
 @given(suite=_suites())
-def test_the_fast_path_reports_what_the_detailed_rules_report(suite):
+def test_any_suite_is_checked_into_sentences_naming_where(suite):
+    """Whatever a mission holds, check answers with sentences, each naming its place."""
     result = check_suite(suite)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(check_module, "_clean", lambda rules, mission: False)
-        detailed = check_suite(suite)
-    assert (result.problems, result.summary) == (detailed.problems, detailed.summary)
+    places = ("mission ", "suite field ", "rubric change ")
+    assert all(p.startswith(places) for p in result.problems)
+    assert (result.problems, result.summary) == (check_suite(suite).problems,
+                                                 check_suite(suite).summary)
+
 
 
 @_HYPO

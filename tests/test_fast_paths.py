@@ -4,8 +4,8 @@ Scoring folds every record of every run, so the hot spots take shortcuts:
 ``conforms`` answers a well-formed record in one pass, the reader lets orjson
 read bytes, the fold keys a tool result by orjson's text instead of the stdlib
 encoder's hash, the stagnation watch keeps running tallies instead of
-recounting its window, and workers send summaries back as tuples. Each is
-held here to the answer of the plain code, on values built to hit its edges.
+recounting its window. Each is held here to the answer of the plain code, on
+values built to hit its edges.
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ from hypothesis import strategies as st
 
 from evalkit import contract, signals
 from evalkit.eval.summary import (
-    RunSummary,
     _same_in_orjson,
     call_text,
     first_firing,
-    pack,
     summarize,
-    unpack,
 )
 from evalkit.store.layout import resolve_relative
 from evalkit.store.reader import parse_bytes, parse_text
@@ -219,17 +216,6 @@ def test_the_fold_finds_the_stagnation_the_watch_finds(records: list[Mapping[str
         first_firing(signals.stagnation(records))
 
 
-# --- packing for the worker pipe -------------------------------------------------------
-
-
-def test_pack_and_unpack_keep_every_field() -> None:
-    summary = RunSummary(source="s", records=3, problems=("line 1: x",), tools_called=("a",),
-                         outcome="answered", steps=2, cost=0.5, stagnation="idle",
-                         stagnation_step=4, grounded=False)
-    assert unpack(pack(summary)) == summary
-    assert len(pack(summary)) == len(RunSummary.__dataclass_fields__)
-
-
 _SEGMENT = st.sampled_from(["k", "k2", "run_1", "events.jsonl", "x", "", "..", "k.events.jsonl",
                            ".partial", ".k"])
 
@@ -249,7 +235,7 @@ def test_one_candidate_resolves_as_the_general_rule_does(key: str, parts: list[s
                 max_size=40))
 @settings(max_examples=300)
 def test_distinct_tools_keep_first_seen_order_without_none(items: list[str | None]) -> None:
-    from evalkit.eval.verdict import _distinct
+    from evalkit.eval.verdict import distinct as _distinct
 
     expected = [item for item in dict.fromkeys(items) if item is not None]
     assert _distinct(tuple(items)) == expected

@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from evalkit.cli import main
-from evalkit.eval.summary import RunSummary
 from tests._stream_builders import (
     answer,
     finished,
@@ -321,24 +320,24 @@ def test_scoring_a_runs_folder_imports_nothing_heavy(suite_and_runs):
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr
 
 
-def test_the_fanned_out_fold_equals_the_single_process_fold(suite_and_runs):
-    from evalkit.eval.score import _targets, locate, missions_in, summaries_python
+def test_judging_in_several_processes_equals_judging_in_one(suite_and_runs, monkeypatch):
+    from evalkit.eval import score as scoring
     from evalkit.eval.suite import load_suite
+    from evalkit.store.replace import joined
 
     suite, runs = suite_and_runs
     write_stream(runs / "t3" / "events.jsonl", good_run("mcp.echo"), tail="{torn")
     (runs / "t4" / "events.jsonl").unlink()  # there, with no stream
     shutil.rmtree(runs / "h2")  # not run
-    missions = missions_in(load_suite(suite), "all")
-    targets = _targets(missions, runs, {})
-    one = summaries_python(targets, workers=1)
+    monkeypatch.setattr(scoring, "SHARE", 2)  # shares of two missions
+    loaded = load_suite(suite)
+    one = scoring.score(loaded, runs=runs, workers=1)
     for workers in (2, 3):
-        assert summaries_python(targets, workers=workers) == one
-    located, found = one
-    assert located == locate(missions, runs, {})  # in the missions' order
-    assert [loc.missing for loc in located if loc.missing] == [
+        assert joined(scoring.score(loaded, runs=runs, workers=workers).json_parts()) == \
+            joined(one.json_parts())
+    assert [v.reasons[0] for v in one.verdicts if v.missing] == [
         "no stream: no events.jsonl in t4 or two levels below it", "not run"]
-    assert len(found) == 6 and all(isinstance(s, RunSummary) for s in found.values())
+    assert [v.key for v in one.verdicts] == [m.key for m in loaded.missions]  # suite order
 
 
 def test_an_events_file_that_is_a_looping_link_is_no_stream(suite_and_runs, tmp_path):

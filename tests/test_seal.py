@@ -207,31 +207,19 @@ def test_scoring_from_a_dataset_keeps_the_verdict_of_a_tampered_run(out: Path) -
     assert hit.checks == ["tampered"] and hit.reasons == verdicts(out)[victim]["reasons"]
 
 
-def test_the_fan_out_checks_seals_as_the_one_process_path_does(
-        out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import yaml
-
-    from evalkit.report import fanout
+def test_worker_processes_check_seals_as_one_process_does(
+        out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evalkit.eval import score as scoring
 
     victim = keys(out)[0]
     events = out / victim / "events.jsonl"
     events.write_bytes(events.read_bytes() + b"\n")
-    monkeypatch.setattr(fanout, "FANOUT_FROM_BYTES", 0)
-    suite = yaml.safe_load((SUITE / "missions.yaml").read_text())
-    for key in ("skill", "agents", "plane", "profile"):
-        suite.pop(key, None)
-    suite_file = tmp_path / "suite.json"
-    suite_file.write_text(json.dumps(suite, default=str))  # the fan-out cuts JSON suites only
-    rendered = fanout.score_rendered(suite_file, "test", runs=out, want_json=True,
-                                     want_markdown=False, workers=2)
-    assert rendered is not None
-    with rendered:
-        data = b"".join(bytes(p) if not hasattr(p, "path") else
-                        p.path.read_bytes()[p.start:p.start + p.length]
-                        for p in rendered.json or [])
-    report = json.loads(data)
-    hit = {v["key"]: v for v in report["verdicts"]}[victim]
-    assert hit["checks"] == ["tampered"]
+    monkeypatch.setattr(scoring, "SHARE", 1)  # a share per mission
+    suite = load_suite(SUITE)
+    shared = score(suite, runs=out, split="test", workers=2)
+    hit = {v.key: v for v in shared.verdicts}[victim]
+    assert hit.checks == ["tampered"]
+    assert shared.to_dict() == score(suite, runs=out, split="test", workers=1).to_dict()
 
 
 def test_a_sealed_run_altered_is_not_continued(out: Path) -> None:

@@ -6,7 +6,6 @@ import json
 import os
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -22,8 +21,6 @@ from evalkit.eval.suite import (
     Mission,
     Suite,
     SuiteError,
-    _new_mission,
-    _plain_mission,
     load_suite,
 )
 
@@ -511,52 +508,10 @@ def test_arbitrary_structures_load_or_refuse(tmp_path, data, as_json):
     _load_or_refuse(path)
 
 
-# -- the fast path builds exactly what the detailed path builds --------------------
+def test_loading_a_suite_leaves_the_garbage_collector_as_it_was():
+    """A library call has no global side effects: nothing frozen, nothing switched off."""
+    import gc
 
-_PLAIN_VALUES = {
-    "str": st.one_of(st.sampled_from(["m1", "orientation", "train", "test", ""]), st.text(max_size=6)),
-    "strs": st.lists(st.text(max_size=4), max_size=3),
-    "bool": st.booleans(),
-    "int": st.integers(-2, 5),
-}
-_NEAR_PLAIN_MISSION = st.fixed_dictionaries(
-    {"key": st.text(min_size=1, max_size=4), "flag": st.sampled_from(CAPABILITIES),
-     "prompt": st.text(max_size=12)},
-    optional={name: st.one_of(_PLAIN_VALUES[kind], st.none(), _SCALARS, st.lists(_SCALARS, max_size=2))
-              for name, kind in MISSION_FIELDS.items() if name not in ("key", "flag", "prompt")})
-
-
-def _built(path: Path) -> Any:
-    """The loaded suite with every mission's full state (line included), or the problems."""
-    try:
-        suite = load_suite(path)
-    except SuiteError as error:
-        return error.problems
-    return suite, [(m.line, list(vars(m).items())) for m in suite.missions]
-
-
-@_HYPO
-@given(missions=st.lists(st.one_of(_NEAR_PLAIN_MISSION, _MISSION), max_size=5),
-       as_json=st.booleans(), fast_json=st.booleans())
-def test_plain_missions_load_as_the_detailed_path_loads_them(tmp_path, missions, as_json,
-                                                              fast_json):
-    data = {"missions": missions}
-    text = json.dumps(data) if as_json else yaml.safe_dump(data, allow_unicode=True)
-    path = write(tmp_path / ("fuzz.json" if as_json else "fuzz.yaml"), text)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(suite_module, "_FAST_PATH_FROM", 0 if fast_json else 256 * 1024)
-        fast = _built(path)
-        patch.setattr(suite_module, "_plain_mission", lambda raw: None)
-        detailed = _built(path)
-    assert fast == detailed
-
-
-def test_a_plainly_built_mission_is_the_constructed_one():
-    raw = {"key": "m1", "flag": "state", "prompt": "p", "must": ["a"], "max_reply_rejected": 2,
-           "expects_grounded": None}
-    state = _plain_mission(raw)
-    assert state is not None
-    built = _new_mission(state, 7)
-    made = Mission(key="m1", flag="state", prompt="p", must=("a",), max_reply_rejected=2, line=7)
-    assert vars(built) == vars(made) and list(vars(built)) == list(vars(made))
-    assert built == made and hash(built) == hash(made) and repr(built) == repr(made)
+    frozen, enabled = gc.get_freeze_count(), gc.isenabled()
+    load_suite(GOOD)
+    assert (gc.get_freeze_count(), gc.isenabled()) == (frozen, enabled)

@@ -1,4 +1,4 @@
-"""The DuckDB path of scoring says exactly what the Python fold says."""
+"""A dataset's summaries are the fold's: kept by ingest, or folded again from its records."""
 
 from __future__ import annotations
 
@@ -9,17 +9,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyarrow.parquet import ParquetFile
 
 from evalkit.contract import FIELDS, OPTIONAL
 from evalkit.errors import EvalkitError
 from evalkit.eval import tables
-from evalkit.eval.kept import KeptSummaries
 from evalkit.eval.tables import (
+    DatasetSummaries,
     query,
     stored_summaries_current,
     summaries_from_dataset,
-    summaries_via_duckdb,
 )
 from evalkit.store.ingest import ingest
 from evalkit.store.ingest import writers as ingest_writers
@@ -39,8 +37,7 @@ def test_corpus_summaries_equal_summarize(tmp_path: Path) -> None:
     write_corpus(runs)
     files = sorted(runs.glob("*/events.jsonl"))
     want = reference(runs, files)
-    _assert_equal(summaries_via_duckdb(runs, files), want)
-    result = ingest(runs)  # the bare dataset: summaries computed when asked
+    result = ingest(runs)  # the bare dataset: summaries folded from its records when asked
     assert not stored_summaries_current(result.out)
     _assert_equal(summaries_from_dataset(result.out), want)
     kept = tables.ingest(runs, tmp_path / "kept")  # what `evalkit ingest` writes
@@ -54,10 +51,11 @@ def test_kept_summaries_are_read_not_recomputed(tmp_path: Path, monkeypatch) -> 
     want = reference(runs, sorted(runs.glob("*/events.jsonl")))
     out = tables.ingest(runs).out
 
-    def no_query(con):
-        raise AssertionError("the aggregate query ran although the kept summaries are current")
+    def no_fold(dataset):
+        raise AssertionError("the records were folded again although the kept summaries "
+                             "are current")
 
-    monkeypatch.setattr(tables, "_summaries", no_query)
+    monkeypatch.setattr(tables, "_refolded", no_fold)
     _assert_equal(summaries_from_dataset(out), want)
 
 
@@ -65,32 +63,6 @@ def _table_paths(dataset: Path) -> list[str]:
     import pyarrow.parquet as pq
 
     return pq.read_table(dataset / "summaries.parquet", columns=["events_path"]).column(0).to_pylist()
-
-
-def test_kept_summaries_read_group_by_group_keep_few_and_never_thrash(
-        tmp_path: Path, monkeypatch) -> None:
-    runs = tmp_path / "runs"
-    write_corpus(runs)
-    want = reference(runs, sorted(runs.glob("*/events.jsonl")))
-    monkeypatch.setattr(ingest_writers, "ROW_GROUP_ROWS", 2)
-    out = tables.ingest(runs, workers=1).out
-    reads = []
-    read = ParquetFile.read_row_group
-    monkeypatch.setattr(ParquetFile, "read_row_group",
-                        lambda self, *a, **k: reads.append(a) or read(self, *a, **k))
-    kept = KeptSummaries(out)
-    assert not reads and kept._whole is None  # found from the footer: nothing read yet
-    groups = len(kept._starts)
-    paths = _table_paths(out)
-    assert groups >= 4 and sorted(paths) == sorted(want)
-
-    for path in paths:  # in table order: each group decoded once, few at a time
-        assert kept.get(path) == want[path]
-        assert len(kept._decoded) <= kept.KEEP_GROUPS
-    assert len(reads) == groups
-    for path in [*reversed(paths), *paths[::2], *paths]:  # any other order
-        assert kept.get(path) == want[path]
-    assert len(reads) <= 3 * groups  # once dropping stops, every group stays
 
 
 @pytest.mark.parametrize("order", ["shuffled", "sorted"])
@@ -113,8 +85,7 @@ def test_kept_summaries_find_each_mission_as_the_layout_rule_does(
     random.Random(7).shuffle(rows) if order == "shuffled" else rows.sort(
         key=lambda i: table.column("events_path")[i].as_py())
     pq.write_table(table.take(rows), out / "summaries.parquet", row_group_size=2)
-    kept = KeptSummaries(out)
-    assert (kept._whole is not None) == (order == "shuffled")  # overlapping ranges: read whole
+    kept = DatasetSummaries(out)
 
     paths = _table_paths(out)
     for key in {p.split("/", 1)[0] for p in paths} | {"nowhere", "every", "lonely-"}:
@@ -123,7 +94,7 @@ def test_kept_summaries_find_each_mission_as_the_layout_rule_does(
         assert (found and found[0]) == want, key
         if found:
             assert paths[found[1]] == found[0]
-            assert kept.summary(found[1], found[0]) == summaries_from_dataset(out)[found[0]]
+            assert kept.summary(found[1]) == summaries_from_dataset(out)[found[0]]
 
 
 def test_row_groups_end_at_the_bytes_bound_as_batches_arrive(tmp_path: Path) -> None:
@@ -163,7 +134,8 @@ def test_summaries_kept_by_another_fold_are_recomputed(tmp_path: Path, monkeypat
 def test_corpus_checks_that_matter(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     write_corpus(runs)
-    got = summaries_via_duckdb(runs, sorted(runs.glob("*/events.jsonl")))
+    got = summaries_from_dataset(ingest(runs).out)
+    assert got == summaries_from_dataset(tables.ingest(runs, runs / "kept").out)
     every = got["every_event/events.jsonl"]
     assert every.finished and every.outcome == "budget_exhausted" and every.budget == {
         "which": "steps", "limit": 8, "spent": 8}
@@ -244,7 +216,6 @@ def test_random_streams_equal_summarize(tmp_path_factory: pytest.TempPathFactory
         write_run(runs / f"r{i}", lines)
     files = sorted(runs.glob("*/events.jsonl"))
     want = reference(runs, files)
-    _assert_equal(summaries_via_duckdb(runs, files), want)
     _assert_equal(summaries_from_dataset(ingest(runs).out), want)
     _assert_equal(summaries_from_dataset(tables.ingest(runs, runs / "kept").out), want)
 

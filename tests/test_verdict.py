@@ -9,7 +9,7 @@ import re2
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from evalkit.eval import verdict as verdict_module
+from evalkit.eval.checks import answer as answer_check
 from evalkit.eval.diff import check_of
 from evalkit.eval.suite import Mission
 from evalkit.eval.summary import summarize
@@ -192,13 +192,14 @@ _ANSWER_TEXT = st.text(alphabet="aAbBsSkK iI_-,'\"#.\nſKıé", max_size=40)
 @example(body="s", folded=True, answer="a long ſ")  # U+017F: no ASCII shortcut
 @example(body="I CANNOT", folded=True, answer="well, i cannot")
 @example(body="[[a]", folded=False, answer="x[a")
+@example(body="[[", folded=False, answer="")  # Python's parser warns of a nested set
 def test_answer_patterns_mean_what_an_re2_search_means(body: str, folded: bool,
                                                        answer: str) -> None:
     """The plain-word shortcut finds exactly what RE2 would (the engine answer patterns run on)."""
     pattern = ("(?i)" if folded else "") + body
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        got = verdict_module._search(pattern, answer)
+        got = answer_check._search(pattern, answer)
     options = re2.Options()
     options.log_errors = False
     try:

@@ -15,9 +15,10 @@ from evalkit.gcpause import collector_paused
               help="Suite file (YAML/JSON) or a folder holding missions.yaml.")
 def check(suite_path: Path) -> None:
     """Refuse a suite that cannot be graded, before spending a model."""
-    from evalkit.eval.check import check_path
+    import evalkit
 
-    result = check_path(suite_path)
+    with collector_paused():  # a large suite is many objects built at once, none of them cycles
+        result = evalkit.check(suite_path)
     if not result.ok:
         click.echo(f"suite '{result.suite.name}' is not gradeable "
                    f"({len(result.problems)} problems):", err=True)
@@ -38,8 +39,6 @@ def check(suite_path: Path) -> None:
               help="Score from a Parquet dataset written by `evalkit ingest` (DuckDB).")
 @click.option("--split", type=click.Choice(["train", "test", "all"]), default="all",
               show_default=True, help="Which half to score.")
-@click.option("--engine", type=click.Choice(["auto", "python", "duckdb"]), default="auto",
-              show_default=True, help="How to read JSONL runs; auto picks by the number of runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--report", "report_dir", type=click.Path(path_type=Path),
               help="Write report.json and report.md into this folder.")
@@ -51,7 +50,7 @@ def check(suite_path: Path) -> None:
 @click.option("--require-signed", is_flag=True,
               help="Score an unsigned stream as tampered (for folders sealed whole).")
 def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset: Path | None,
-          split: str, engine: str, as_json: bool, report_dir: Path | None,
+          split: str, as_json: bool, report_dir: Path | None,
           allow_failures: bool, no_verify: bool, trust_files: tuple[Path, ...],
           require_signed: bool) -> None:
     """Verdicts and KPIs for a suite from recorded streams — no model needed.
@@ -59,16 +58,10 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
     Every stream is checked against its seal first: one altered after it was
     closed is an infrastructure failure, never scored as the run it claims.
     """
+    import evalkit
     from evalkit.errors import EvalkitError
-    from evalkit.eval.check import gradeable
     from evalkit.eval.score import parse_map
-    from evalkit.eval.score import score as score_suite
-    from evalkit.report.markdown import (
-        Rendered,
-        to_json_bytes,
-        to_markdown,
-        write_rendered,
-    )
+    from evalkit.report.markdown import Rendered, to_markdown, write_rendered
     from evalkit.store.replace import write_parts
 
     if runs is None and not mapping and dataset is None:
@@ -87,33 +80,18 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
         checker = Checker.for_scoring(beside(runs, parse_map(mapping)), trust_files,
                                       require_signed=require_signed)
     with collector_paused():
-        rendered = None
-        # A large suite from one source is scored on every core (JSONL folded in
-        # Python: the duckdb engine reads the runs its own way); None: the usual way.
-        if not mapping and (dataset is not None and runs is None
-                            or runs is not None and dataset is None and engine != "duckdb"):
-            from evalkit.report.fanout import score_rendered
-
-            rendered = score_rendered(suite_path, split, dataset=dataset, runs=runs,
-                                      want_json=as_json or report_dir is not None,
-                                      want_markdown=not as_json or report_dir is not None,
-                                      verify=not no_verify, checker=checker)
-        if rendered is None:
-            suite = gradeable(suite_path, refusing="nothing scored")
-            report = score_suite(suite, runs=runs, mapping=parse_map(mapping), dataset=dataset,
-                                 split=split, engine=engine, verify=not no_verify,
-                                 checker=checker).to_dict()
-            rendered = Rendered(report["passed"],
-                                [to_json_bytes(report)] if as_json or report_dir else None,
-                                [to_markdown(report).encode()] if not as_json or report_dir
-                                else None)
-        with rendered:
-            if report_dir is not None:
-                write_rendered(report_dir, rendered)
-            # Bytes straight out, in parts: no 150 MB string to decode and encode again.
-            sys.stdout.flush()  # anything printed as text goes first
-            stdout = sys.stdout.buffer
-            write_parts(stdout, (rendered.json if as_json else rendered.markdown) or [])
-            stdout.flush()
+        report = evalkit.score(suite_path, runs=runs, mapping=parse_map(mapping), dataset=dataset,
+                               split=split, verify=not no_verify, checker=checker)
+        rendered = Rendered(report.all_passed,
+                            report.json_parts() if as_json or report_dir else None,
+                            [to_markdown(report.to_dict()).encode()]
+                            if not as_json or report_dir else None)
+        if report_dir is not None:
+            write_rendered(report_dir, rendered)
+        # Bytes straight out, in parts: no 150 MB string to decode and encode again.
+        sys.stdout.flush()  # anything printed as text goes first
+        stdout = sys.stdout.buffer
+        write_parts(stdout, (rendered.json if as_json else rendered.markdown) or [])
+        stdout.flush()
     if not rendered.passed and not allow_failures:
         sys.exit(1)

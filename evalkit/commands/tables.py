@@ -7,12 +7,8 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
-
-if TYPE_CHECKING:  # pyarrow: loaded by the command that needs it, not by --help
-    from evalkit.report.verdict_table import VerdictTable
 
 
 @click.command()
@@ -25,25 +21,19 @@ def ingest(folder: Path, out: Path | None) -> None:
     The verdicts of the score reports under FOLDER (report.json, as run, measure and
     score --report leave them) become its verdicts table.
     """
-    from evalkit.errors import EvalkitError
+    import evalkit
     from evalkit.eval.tables import gathered_words
-    from evalkit.eval.tables import ingest as ingest_runs
 
-    if not folder.is_dir():
-        why = "is not a folder of run directories" if folder.exists() else "does not exist"
-        raise EvalkitError(f"{folder} {why}")
-    result = ingest_runs(folder, out, gather=_verdicts())
+    result = evalkit.ingest(folder, out, warn=_warn)
     click.echo(f"ingested {result.runs} runs, {result.events} records"
                f"{gathered_words(result.gathered)} into {result.out} "
                f"({result.bytes / 1e6:.1f} MB in {result.seconds:.2f} s, "
                f"{result.mb_per_s:.0f} MB/s)")
 
 
-def _verdicts() -> VerdictTable:
-    """The verdicts table's gathering, telling stderr of each report it leaves out."""
-    from evalkit.report.verdict_table import VerdictTable
-
-    return VerdictTable(warn=lambda sentence: click.echo(f"evalkit: {sentence}", err=True))
+def _warn(sentence: str) -> None:
+    """Told of each score report the verdicts table leaves out."""
+    click.echo(f"evalkit: {sentence}", err=True)
 
 
 @click.command()
@@ -61,9 +51,9 @@ def sql(folder: Path, query: str, fmt: str) -> None:
     of one: sql only reads, so anything that could write (COPY, CREATE, ATTACH, SET …)
     is refused before it runs, and files outside the dataset cannot be read.
     """
-    from evalkit.eval.tables import query as run_query
+    import evalkit
 
-    columns, rows = run_query(folder, query, gather=_verdicts())
+    columns, rows = evalkit.query(folder, query, warn=_warn)
     if fmt == "json":
         for row in rows:
             click.echo(json.dumps(dict(zip(columns, map(_json_value, row), strict=True)),

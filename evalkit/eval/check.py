@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalkit import contract
 from evalkit.errors import EvalkitError
+from evalkit.eval import checks
 from evalkit.eval.suite import SPLITS, Loaded, Mission, Suite, SuiteError, counted, load_suite
 from evalkit.patterns import Pattern, compile_pattern
 from evalkit.patterns import problem as pattern_problem
@@ -68,7 +69,7 @@ def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
     placed = sorted([*zip(loaded.positions, suite.missions, strict=True),
                      *((index, m) for index, m, _ in loaded.partial)], key=lambda pair: pair[0])
     bad = {index: fields for index, _, fields in loaded.partial}
-    found = _missions_problems(_Rules.of(suite), tuple(m for _, m in placed),
+    found = _missions_problems(Rules.of(suite), tuple(m for _, m in placed),
                                tuple(index for index, _ in placed), bad)
     found += suite_problems(suite, Tally.of(suite.missions), whole=loaded.whole,
                             refused=loaded.refused)
@@ -81,12 +82,12 @@ def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
 
 def check_suite(suite: Suite) -> CheckResult:
     """Run every rule of the spec's "check" section over one loaded suite."""
-    problems = _missions_problems(_Rules.of(suite), suite.missions)
+    problems = _missions_problems(Rules.of(suite), suite.missions)
     problems += _suite_problems(suite)
     return CheckResult(suite, problems, _summary(suite, problems))
 
 
-def _missions_problems(rules: _Rules, missions: tuple[Mission, ...],
+def _missions_problems(rules: Rules, missions: tuple[Mission, ...],
                        positions: tuple[int, ...] | None = None,
                        bad: dict[int, frozenset[str]] | None = None) -> list[str]:
     """Every per-mission problem; ``positions``: where each mission stands in the file's list;
@@ -102,10 +103,11 @@ def _missions_problems(rules: _Rules, missions: tuple[Mission, ...],
                                 "directory)")
             else:
                 seen[mission.key] = index + 1
-        if not _clean(rules, mission):
+        found = [(name, text) for name, text in _mission_problems(rules, mission)
+                 if name not in skip]
+        if found:
             where = _where(mission, index)
-            problems += [f"{where} field {name!r}: {text}"
-                         for name, text in _mission_problems(rules, mission) if name not in skip]
+            problems += [f"{where} field {name!r}: {text}" for name, text in found]
     return problems
 
 
@@ -117,8 +119,10 @@ def _where(mission: Mission, index: int) -> str:
 
 
 @dataclass(frozen=True)
-class _Rules:
-    """What the missions of one suite are checked against, worked out once rather than per mission."""
+class Rules:
+    """What the missions of one suite are checked against, worked out once rather than per
+    mission; a check's ``validate`` is given it, for ``suite``, ``tools`` (the served tools,
+    None when the suite lists none) and ``regex_error``."""
 
     suite: Suite
     vocabulary: frozenset[str]
@@ -134,9 +138,11 @@ class _Rules:
     taking: frozenset[str]
     #: Each answer regex met so far -> why it cannot be used, or None when it can.
     regex_errors: dict[str, str | None]
+    #: (check, the values of its fields) -> what its ``validate`` said of them.
+    said: dict[tuple[str, tuple[object, ...]], list[tuple[str, str]]]
 
     @classmethod
-    def of(cls, suite: Suite) -> _Rules:
+    def of(cls, suite: Suite) -> Rules:
         pattern = _compile(suite.identifier_pattern)
         return cls(
             suite=suite,
@@ -149,6 +155,7 @@ class _Rules:
             harness=frozenset(contract.harness_flags()),
             taking=frozenset(f["flag"] for f in contract.CLI_FLAGS if f["value"] is not None),
             regex_errors={},
+            said={},
         )
 
     def regex_error(self, regex: str) -> str | None:
@@ -158,27 +165,18 @@ class _Rules:
             self.regex_errors[regex] = pattern_problem(regex)
         return self.regex_errors[regex]
 
-
-def _clean(rules: _Rules, m: Mission) -> bool:
-    """True only when ``_mission_problems`` finds nothing: the fast path for the common case.
-
-    The same rules as ``_mission_problems``, as one yes or no, with the
-    per-suite work done in advance. False is no verdict: the detailed rules
-    then decide and word the problems. A mission whose fields are not the
-    types the loader gives (a hand-built one) may raise here; it then takes
-    the detailed path too, which treats it exactly as it always has.
-    """
-    try:
-        return (_key_ok(m.key) and m.flag in rules.vocabulary and bool(m.prompt.strip())
-                and any(map(str.strip, m.must)) and any(map(str.strip, m.must_not))
-                and bool(m.because.strip()) and _tools_ok(rules, m)
-                and _identifiers_ok(rules, m.prompt) and m.split in SPLITS
-                and (m.expects_outcome is None or m.expects_outcome in contract.OUTCOMES)
-                and (m.max_reply_rejected is None or m.max_reply_rejected >= 0)
-                and _regexes_ok(rules, m)
-                and (not m.flags or not any(_flag_problems(m.flags, rules))))
-    except Exception:
-        return False
+    def problems(self, check: checks.Check, m: Mission) -> list[tuple[str, str]]:
+        """What ``check`` says of the mission's values for its fields. A check judges its
+        own fields (with the suite), so the answer holds for every mission giving the
+        same values, and missions repeat their values: each set is looked at once."""
+        values = (check.name, tuple(m.settings.get(f.name) for f in check.fields))
+        try:
+            found = self.said.get(values)
+        except TypeError:  # a value no suite holds (a list, in a Mission built by hand)
+            return check.problems(m, self)
+        if found is None:
+            found = self.said[values] = check.problems(m, self)
+        return found
 
 
 def _key_ok(key: str) -> bool:
@@ -186,72 +184,40 @@ def _key_ok(key: str) -> bool:
             and "/" not in key and "\\" not in key and "\0" not in key)
 
 
-def _tools_ok(rules: _Rules, m: Mission) -> bool:
-    if rules.tools is None:
-        return True
-    return (rules.tools.issuperset(m.expects_tools or ())
-            and rules.tools.issuperset(m.forbids_tools or ())
-            and (rules.tool_names is None or not rules.tool_names.named(m.prompt)))
-
-
-def _identifiers_ok(rules: _Rules, prompt: str) -> bool:
-    if rules.identifiers is None:
-        return True
-    return all(not hit.group(0) or hit.group(0) in rules.declared
-               for hit in rules.identifiers.finditer(prompt))
-
-
-def _regexes_ok(rules: _Rules, m: Mission) -> bool:
-    for regexes in (m.answer_must_match, m.answer_must_not_match):
-        for regex in regexes or ():
-            if rules.regex_error(regex) is not None:
-                return False
-    return True
-
-
-def _mission_problems(rules: _Rules, m: Mission) -> Iterable[tuple[str, str]]:
-    """(field, sentence) for every rule this mission breaks."""
-    suite = rules.suite
+def _mission_problems(rules: Rules, m: Mission) -> Iterator[tuple[str, str]]:
+    """(field, sentence) for every rule this mission breaks: the rules of every mission's
+    own fields, and those of each check it sets (``evalkit.eval.checks``)."""
     if not m.key.strip():
         yield "key", "is empty; every mission needs a key (it names its run directory)"
-    elif m.key in (".", "..") or any(c in m.key for c in "/\\\0"):
+    elif not _key_ok(m.key):
         yield "key", f"{m.key!r} cannot name a run directory; avoid / \\ . and .."
-    if m.flag not in suite.vocabulary:
-        yield "flag", f"{m.flag!r} is not in the vocabulary ({', '.join(suite.vocabulary)})"
+    if m.flag not in rules.vocabulary:
+        yield "flag", f"{m.flag!r} is not in the vocabulary ({', '.join(rules.suite.vocabulary)})"
     if not m.prompt.strip():
         yield "prompt", "is empty; it is given verbatim as the objective"
-    for name, hint in (("must", "what a good answer shows"), ("must_not", "what it must avoid")):
-        if not any(item.strip() for item in getattr(m, name)):
-            yield name, f"is missing or empty; write {hint}, for the reader"
+    if not any(map(str.strip, m.must)):
+        yield "must", "is missing or empty; write what a good answer shows, for the reader"
+    if not any(map(str.strip, m.must_not)):
+        yield "must_not", "is missing or empty; write what it must avoid, for the reader"
     if not m.because.strip():
         yield "because", "is missing or empty; say why this mission exists"
-    if suite.tools is not None:
-        for name in ("expects_tools", "forbids_tools"):
-            for tool in getattr(m, name) or ():
-                if tool not in suite.tools:
-                    yield name, f"{tool!r} is not a served tool ({', '.join(suite.tools) or 'none'})"
-        for tool, said in rules.tool_names.named(m.prompt) if rules.tool_names else ():
-            also = "" if said.lower() == tool.lower() else f" (as {said!r})"
-            yield "prompt", (f"names the served tool {tool!r}{also}; write it as a person would, "
-                             "without tool names")
+    if m.settings:
+        for check in checks.configured(m.settings):
+            if check.validate is not None:
+                yield from rules.problems(check, m)
+    for tool, said in rules.tool_names.named(m.prompt) if rules.tool_names else ():
+        also = "" if said.lower() == tool.lower() else f" (as {said!r})"
+        yield "prompt", (f"names the served tool {tool!r}{also}; write it as a person would, "
+                         "without tool names")
     if rules.identifiers is not None:
         for ident in dict.fromkeys(x.group(0) for x in rules.identifiers.finditer(m.prompt)):
             if ident and ident not in rules.declared:
-                yield "prompt", (f"names {ident!r}, which is neither a declared asset nor a tool; "
-                                 "declare it under 'assets'")
+                yield "prompt", (f"names {ident!r}, which is neither a declared asset nor a "
+                                 "tool; declare it under 'assets'")
     if m.split not in SPLITS:
         yield "split", f"{m.split!r} is not a split; use train or test"
-    if m.expects_outcome is not None and m.expects_outcome not in contract.OUTCOMES:
-        yield "expects_outcome", (f"{m.expects_outcome!r} is not an outcome "
-                                  f"({', '.join(contract.OUTCOMES)})")
-    if m.max_reply_rejected is not None and m.max_reply_rejected < 0:
-        yield "max_reply_rejected", f"{m.max_reply_rejected} is negative; use 0 or more"
-    for name in ("answer_must_match", "answer_must_not_match"):
-        for regex in getattr(m, name) or ():
-            error = rules.regex_error(regex)
-            if error is not None:
-                yield name, f"pattern {regex!r} {error}"
-    yield from (("flags", text) for text in _flag_problems(m.flags, rules))
+    if m.flags:
+        yield from (("flags", text) for text in _flag_problems(m.flags, rules))
 
 
 #: Byte -> itself lowercased for ASCII identifier characters, a space for any other byte.
@@ -341,7 +307,7 @@ def _published(agent_flags: tuple[str, ...] | None) -> dict[str, bool]:
     return published
 
 
-def _flag_problems(tokens: tuple[str, ...], rules: _Rules) -> Iterable[str]:
+def _flag_problems(tokens: tuple[str, ...], rules: Rules) -> Iterable[str]:
     """Read mission CLI tokens as a command line would, and say what is wrong with them."""
     harness, taking, published = rules.harness, rules.taking, rules.published
     i = 0
@@ -414,7 +380,7 @@ class ShareCheck:
     """
 
     def __init__(self, suite: Suite) -> None:
-        self.rules = _Rules.of(suite)
+        self.rules = Rules.of(suite)
         self.tally = Tally()
 
     def clean(self, missions: Iterable[Mission]) -> bool:
@@ -422,7 +388,7 @@ class ShareCheck:
         rules, tally = self.rules, self.tally
         for m in missions:
             tally.count(m)
-            if len(tally.keys) != tally.total or not _clean(rules, m):
+            if len(tally.keys) != tally.total or any(_mission_problems(rules, m)):
                 return False
         return True
 

@@ -16,6 +16,7 @@ This module never reads a folder's layout itself (that is the report layer's
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.eval import checks
 from evalkit.eval.suite import SPLITS
+from evalkit.eval.verdict import STREAM_CHECKS
 
 DIFF_FORMAT = "evalkit-diff"
 DIFF_VERSION = 1
@@ -34,29 +37,6 @@ FAIL_ON = ("never", "regressions", "any")
 #: (configuration, repeat, mission key). A lone scoring has configuration and repeat "".
 RunKey = tuple[str, str, str]
 
-#: Each verdict reason sentence (see evalkit.eval.verdict) -> the check that wrote it.
-#: Order matters: the first pattern that matches names the check. Sentences evalkit no
-#: longer writes ("the answer record carries no text") stay, for reports written before.
-CHECK_OF_REASON: tuple[tuple[re.Pattern[str], str], ...] = tuple(
-    (re.compile(pattern), check) for pattern, check in (
-        (r"^infrastructure error: ", "infra"),
-        (r"^not run$|^no stream\b", "missing"),
-        (r"^the stream is empty", "empty_stream"),
-        (r"not conform to the stream contract", "contract"),
-        (r"^the stream stopped without mission_finished", "unfinished"),
-        (r"^never called ", "expects_tools"),
-        (r"^reached for ", "forbids_tools"),
-        (r"^ended ", "expects_outcome"),
-        (r"^no grounding verdict was recorded|^grounding says grounded=", "expects_grounded"),
-        (r"^no answer was recorded|^the answer record carries no text", "answer"),
-        (r"^the answer does not match /", "answer_must_match"),
-        (r"^the answer matches /", "answer_must_not_match"),
-        (r"^the pattern /.*/ (?:does not compile|uses |writes a repeat)", "answer_pattern"),
-        (r"could not be read; this mission allows", "max_reply_rejected"),
-        (r"^the run was STAGED", "must_not_stage"),
-    )
-)
-
 #: How an infrastructure error (the verdict's ``infra`` detail) reads as a reason.
 INFRA_PREFIX = "infrastructure error: "
 
@@ -65,11 +45,21 @@ GROUNDING_TOKENS = ("unsupported", "silent", "uncited")
 
 
 def check_of(reason: str) -> str:
-    """The machine check a verdict reason sentence came from (``other`` when unknown)."""
-    for pattern, check in CHECK_OF_REASON:
+    """The check a verdict reason sentence came from (``other`` when unknown): for reports
+    whose verdicts do not name their checks (older or foreign ones)."""
+    for pattern, check in _reason_patterns(checks.version()):
         if pattern.search(reason):
             return check
     return "other"
+
+
+@functools.lru_cache(maxsize=2)
+def _reason_patterns(_version: int) -> tuple[tuple[re.Pattern[str], str], ...]:
+    """Each reason pattern and its check; the first that matches names the check."""
+    found = [(f"^{re.escape(INFRA_PREFIX)}", "infra")]
+    found += [(pattern, name) for name, pattern in STREAM_CHECKS]
+    found += [(pattern, name) for check in checks.registered() for pattern, name in check.reasons]
+    return tuple((re.compile(pattern), name) for pattern, name in found)
 
 
 @dataclass

@@ -1,36 +1,50 @@
-"""Scoring a suite against recordings: locate each mission's stream, summarise
-it (plain JSONL fold or DuckDB), judge it, and total per half and per flag.
+"""Scoring a suite against recordings: find each mission's run, check it against its
+seal, fold it, judge it, and total per half and per flag.
 
-Train and test are never blended: every total below is per half. A declared
+Train and test are never blended: every total is per half. A declared
 mission with no run stays in the denominator, so a half that never started
 cannot show 100%.
+
+A run is always read as ``evalkit.eval.summary.summarize`` folds it: straight
+from its stream under ``--runs``/``--map``, or as ingest kept that fold's
+summary in a dataset (``--dataset``). The suite is judged in shares, runs of
+missions, by worker processes when it is large (``evalkit.parallel``): each
+share finds, checks, folds and judges its missions and writes their verdicts
+as ``report.json`` holds them, and only those bytes and the share's running
+totals come back. At 100,000 missions, sending the verdicts back as objects
+and writing them here cost more than judging them did; so a report keeps its
+verdicts as that text, and reads them back only for a caller that asks.
 """
 
 from __future__ import annotations
 
-import math
 import os
-from array import array
-from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from evalkit import parallel
 from evalkit.errors import EvalkitError
 from evalkit.eval.harness_files import REPORT_FORMAT, REPORT_VERSION
+from evalkit.eval.report_json import decode_verdicts, encode_verdicts, json_parts
 from evalkit.eval.suite import SPLITS, Mission, Suite
-from evalkit.eval.summary import RunSummary, pack, summarize, unpack
+from evalkit.eval.summary import RunSummary, summarize
+from evalkit.eval.totals import HalfTotals, halves_dict, merge_halves, tally_halves
 from evalkit.eval.verdict import NOT_RUN, Verdict, altered, judge
-from evalkit.store.layout import as_text, no_stream, resolve_events, resolve_relative
+from evalkit.store.layout import as_text, no_stream, resolve_events
 from evalkit.store.reader import file_bytes, parse_bytes
+from evalkit.store.replace import Part
 from evalkit.store.seal import Checker
 
-ENGINES = ("auto", "python", "duckdb")
-#: The plain fold (fanned out over the cores) beats DuckDB reading JSONL at every size
-#: measured (benchmarks/bench_scoring.py), so ``auto`` reads JSONL in Python; DuckDB
-#: earns its start-up when scoring from a Parquet dataset.
-DUCKDB_FROM = None
+#: Missions judged as one share: enough that handing a share to a process and its
+#: result back costs little beside judging it, few enough that what a share builds
+#: stays in the CPU's caches and the last share keeps nobody waiting.
+SHARE = 256
+#: Missions each process must have to judge before one more is started: below it,
+#: starting the process costs more than it saves.
+PER_WORKER = 1000
 
 
 @dataclass
@@ -57,159 +71,67 @@ class Altered:
     reason: str
 
 
+@dataclass(frozen=True)
+class Share:
+    """What a run of missions came to."""
+
+    #: Their verdicts, as they sit in ``report.json``'s list (``report_json``).
+    json: bytes
+    totals: HalfTotals
+    passed: bool
+    #: Whether any of them had anything where its run would be.
+    there: bool
+
+
 @dataclass
 class ScoreReport:
+    """The verdicts of one half (or both) of a suite, with their totals."""
+
     suite: str
     split: str
-    engine: str
-    verdicts: list[Verdict]
+    shares: list[Share] = field(repr=False)
     #: Whether each stream was checked against its seal (``--no-verify``: not).
     verified: bool = True
 
     @property
     def all_passed(self) -> bool:
-        return all(v.passed for v in self.verdicts)
+        return all(share.passed for share in self.shares)
 
     def halves(self) -> dict[str, dict[str, Any]]:
-        """Totals per half, and per flag within each half (one pass over the verdicts)."""
-        return halves_dict(tally_halves(self.verdicts, self.split))
+        """Totals per half, and per flag within each half."""
+        found = tally_halves((), self.split)
+        for share in self.shares:
+            merge_halves(found, share.totals)
+        return halves_dict(found)
 
     def head(self) -> dict[str, Any]:
-        """The report without its verdicts (they go last, so a fan-out can stitch them on)."""
-        return report_head(self.suite, self.split, self.all_passed, self.halves(),
-                           self.verified)
+        """The report without its verdicts."""
+        return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "suite": self.suite,
+                "split": self.split, "passed": self.all_passed, "verified": self.verified,
+                "halves": self.halves()}
+
+    def json_parts(self) -> list[Part]:
+        """``report.json``'s bytes, in parts (``to_json_bytes(self.to_dict())`` joined)."""
+        return json_parts(self.head(), [share.json for share in self.shares])
+
+    def verdict_dicts(self) -> list[dict[str, Any]]:
+        return [v for share in self.shares for v in decode_verdicts(share.json)]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.head(), "verdicts": [v.as_dict() for v in self.verdicts]}
+        return {**self.head(), "verdicts": self.verdict_dicts()}
+
+    @cached_property
+    def verdicts(self) -> list[Verdict]:
+        return [_verdict_of(v) for v in self.verdict_dicts()]
 
 
-#: Per half: the half's totals, and its totals per flag.
-HalfTotals = dict[str, tuple["_Totals", dict[str, "_Totals"]]]
+_VERDICT_FIELDS = ("key", "flag", "split", "passed", "reasons", "missing", "needs_reader",
+                   "kpis", "source", "checks")
 
 
-def tally_halves(verdicts: Iterable[Verdict], split: str) -> HalfTotals:
-    """Running totals of ``verdicts`` per half and flag; those of shares of a report add up."""
-    found: HalfTotals = {half: (_Totals(), {}) for half in SPLITS if split in ("all", half)}
-    for v in verdicts:
-        if v.split in found:
-            flags = found[v.split][1]
-            (flags.get(v.flag) or flags.setdefault(v.flag, _Totals())).add(v)
-    # Each verdict has one flag, so a half's totals are its flags' (exact: see _Totals),
-    # added up once here rather than verdict by verdict.
-    for whole, flags in found.values():
-        for each in flags.values():
-            whole.merge(each)
-    return found
-
-
-def merge_halves(into: HalfTotals, other: HalfTotals) -> None:
-    for half, (whole, flags) in other.items():
-        mine, my_flags = into[half]
-        mine.merge(whole)
-        for flag, t in flags.items():
-            if flag in my_flags:
-                my_flags[flag].merge(t)
-            else:
-                my_flags[flag] = t
-
-
-def halves_dict(found: HalfTotals) -> dict[str, dict[str, Any]]:
-    return {half: {"totals": whole.as_dict(),
-                   "by_flag": {flag: t.as_dict() for flag, t in sorted(flags.items())}}
-            for half, (whole, flags) in found.items()}
-
-
-def report_head(suite: str, split: str, passed: bool, halves: dict[str, Any],
-                verified: bool) -> dict[str, Any]:
-    return {"format": REPORT_FORMAT, "version": REPORT_VERSION, "suite": suite, "split": split,
-            "passed": passed, "verified": verified, "halves": halves}
-
-
-def totals(verdicts: list[Verdict]) -> dict[str, Any]:
-    """Counts and means over one group of verdicts (never across halves)."""
-    found = _Totals()
-    for v in verdicts:
-        found.add(v)
-    return found.as_dict()
-
-
-class _Totals:
-    """Running counts and sums of one group; ``as_dict`` is what a report shows.
-
-    Integer KPIs are summed exactly and float ones kept and summed with
-    ``math.fsum`` (exactly rounded), so a mean does not depend on the order
-    the verdicts came in or on how a fan-out split them.
-    """
-
-    __slots__ = ("missions", "missing", "passed", "human", "rejected", "ints", "floats", "counts")
-
-    #: The means a report shows, and the KPI each is taken over (scored runs that carry it).
-    MEANS = (("mean_steps", "steps"), ("mean_wall_s", "elapsed_s"), ("mean_tokens", "tokens"))
-
-    def __init__(self) -> None:
-        self.missions = self.missing = self.passed = self.human = self.rejected = 0
-        self.ints = [0, 0, 0]
-        self.floats: list[array[float]] = [array("d"), array("d"), array("d")]
-        self.counts = [0, 0, 0]
-
-    def add(self, v: Verdict) -> None:
-        self.missions += 1
-        self.passed += v.passed
-        if v.missing:
-            self.missing += 1
-            return
-        kpis = v.kpis
-        for i, (_, name) in enumerate(self.MEANS):
-            value = kpis[name]
-            if value is not None:
-                if type(value) is int:
-                    self.ints[i] += value
-                else:
-                    self.floats[i].append(value)
-                self.counts[i] += 1
-        self.human += kpis["human_interventions"] or 0
-        self.rejected += kpis["reply_rejected"] or 0
-
-    def merge(self, other: _Totals) -> None:
-        self.missions += other.missions
-        self.missing += other.missing
-        self.passed += other.passed
-        self.human += other.human
-        self.rejected += other.rejected
-        for i in range(len(self.MEANS)):
-            self.ints[i] += other.ints[i]
-            self.floats[i].extend(other.floats[i])
-            self.counts[i] += other.counts[i]
-
-    def _mean(self, i: int) -> float | None:
-        n = self.counts[i]
-        if not n:
-            return None
-        try:
-            if not self.floats[i]:
-                return round(self.ints[i] / n, 3)
-            return round(math.fsum([*self.floats[i], self.ints[i]]) / n, 3)
-        except OverflowError:
-            # A sum past the largest float (streams may carry any finite number): each
-            # value divided first, still exactly summed, so still independent of order.
-            parts = [value / n for value in self.floats[i]]
-            return round(math.fsum([*parts, self.ints[i] / n]), 3)
-
-    def as_dict(self) -> dict[str, Any]:
-        n = self.missions
-        out = {
-            "missions": n,
-            "scored": n - self.missing,
-            "missing": self.missing,
-            "passed": self.passed,
-            "failed": n - self.passed,
-            "success_rate": round(self.passed / n, 4) if n else None,
-        }
-        for i, (mean, _) in enumerate(self.MEANS):
-            out[mean] = self._mean(i)
-        out["human_interventions"] = self.human
-        out["reply_rejected"] = self.rejected
-        return out
+def _verdict_of(found: dict[str, Any]) -> Verdict:
+    """The verdict a report's entry was written from (``Verdict.as_dict``'s inverse)."""
+    return Verdict(**{name: found.pop(name) for name in _VERDICT_FIELDS}, extra=found)
 
 
 def missions_in(suite: Suite, split: str) -> list[Mission]:
@@ -218,51 +140,100 @@ def missions_in(suite: Suite, split: str) -> list[Mission]:
     return [m for m in suite.missions if split == "all" or m.split == split]
 
 
-def locate(missions: list[Mission], runs: Path | None,
-           mapping: Mapping[str, str | Path]) -> list[Located]:
-    """Find each mission's events file: an explicit --map entry first, then --runs/<key>."""
-    return [_locate(target) for target in _targets(missions, runs, mapping)]
+def score(suite: Suite, *, runs: str | Path | None = None,
+          mapping: Mapping[str, str | Path] | None = None, dataset: str | Path | None = None,
+          split: str = "all", verify: bool = True, checker: Checker | None = None,
+          workers: int | None = None) -> ScoreReport:
+    """Verdicts for every mission of ``suite`` in ``split`` from recorded streams: those
+    under ``runs`` (``runs/<key>``) and at ``mapping``'s paths, or those in ``dataset``.
+
+    Each stream is checked against its seal (``evalkit.store.seal``) unless ``verify``
+    is False; ``checker`` says which keys are trusted and whether unsigned streams are
+    refused (default: ``Checker.for_scoring`` of the runs folder or the mapped paths).
+    ``workers``: processes to judge with (default: one per core, for a large suite).
+    """
+    if dataset is not None and (runs is not None or mapping):
+        raise EvalkitError("score from --dataset or from --runs/--map, not both: a dataset "
+                           "holds the runs it was ingested from, and nothing would be mixed in")
+    missions = missions_in(suite, split)
+    source: _Runs | _Dataset
+    if dataset is not None:
+        source = _Dataset(Path(dataset), verify)
+    else:
+        runs_path = Path(runs) if runs is not None else None
+        mapping = _known(suite, mapping or {})
+        if runs_path is not None and not runs_path.is_dir():
+            what = "is not a folder" if runs_path.exists() else "does not exist"
+            raise EvalkitError(f"--runs {runs_path} {what}")
+        if verify and checker is None:
+            checker = Checker.for_scoring(beside(runs_path, mapping))
+        if verify and checker is not None and runs_path is not None:
+            checker.warm(runs_path)  # before any fork: the workers inherit what it read
+        source = _Runs(runs_path, mapping, checker if verify else None)
+    if workers is None:
+        workers = parallel.workers_for(len(missions), PER_WORKER)
+    spans = [(start, min(start + SHARE, len(missions)))
+             for start in range(0, len(missions), SHARE)]
+    shares = list(parallel.ordered(_judge_share, spans, shared=_Job(missions, source, split),
+                                   workers=workers))
+    if not any(share.there for share in shares):
+        raise nothing_to_score(suite.name, source.where)
+    return ScoreReport(suite.name, split, shares, verify)
 
 
 @dataclass(frozen=True)
-class _Target:
-    """Where to look for one mission's stream (``path`` None: nowhere, so not run)."""
+class _Job:
+    """What every share reads (inherited by forked workers, never pickled)."""
 
-    key: str
-    path: Path | None
-    label: str | None
-    base: Path | None
-
-
-def _targets(missions: list[Mission], runs: Path | None,
-             mapping: Mapping[str, str | Path]) -> list[_Target]:
-    """Where ``locate`` looks, with ``--runs`` checked first (no stream is opened; the
-    ``--map`` entries are checked by ``_known``)."""
-    if runs is not None and not runs.is_dir():
-        what = "is not a folder" if runs.exists() else "does not exist"
-        raise EvalkitError(f"--runs {runs} {what}")
-    targets = []
-    for m in missions:
-        if m.key in mapping:
-            targets.append(_Target(m.key, Path(mapping[m.key]), str(mapping[m.key]), None))
-        elif runs is not None:
-            targets.append(_Target(m.key, runs / m.key, None, runs))
-        else:
-            targets.append(_Target(m.key, None, None, None))
-    return targets
+    missions: Sequence[Mission]
+    source: _Runs | _Dataset
+    split: str
 
 
-def _locate(target: _Target, checker: Checker | None = None) -> Located:
-    key, base = target.key, target.base
-    label = as_text(target.label) if target.label is not None else None
-    if target.path is None:
+def _judge_share(job: _Job, span: tuple[int, int]) -> Share:
+    """Judge missions ``span`` of the job and write their verdicts."""
+    verdicts, there = [], False
+    for m in job.missions[span[0]:span[1]]:
+        verdict, found = job.source.verdict(m)
+        verdicts.append(verdict)
+        there = there or found
+    return Share(encode_verdicts([v.as_dict() for v in verdicts]),
+                 tally_halves(verdicts, job.split), all(v.passed for v in verdicts), there)
+
+
+class _Runs:
+    """Each mission's stream at its ``--map`` path or under the runs folder, checked
+    against its seal and folded where its share finds it."""
+
+    def __init__(self, runs: Path | None, mapping: Mapping[str, str | Path],
+                 checker: Checker | None) -> None:
+        self.runs, self.mapping, self.checker = runs, mapping, checker
+        self.where = (f"has a run under {runs}" if runs is not None
+                      else "has a run at its --map path")
+
+    def verdict(self, m: Mission) -> tuple[Verdict, bool]:
+        """The mission's verdict, and whether anything was where its run would be."""
+        loc = self.locate(m.key)
+        return judged(m, loc, fold(loc, self.checker)), loc.there
+
+    def locate(self, key: str) -> Located:
+        """Where the mission's stream is: its ``--map`` entry first, then ``runs/<key>``."""
+        if key in self.mapping:
+            label = as_text(str(self.mapping[key]))
+            return _located(key, Path(self.mapping[key]), label, None, self.checker)
+        if self.runs is not None:
+            return _located(key, self.runs / key, None, self.runs, self.checker)
         return Located(key, None, None, NOT_RUN)
-    events = resolve_events(target.path, checker.listed if checker is not None
+
+
+def _located(key: str, path: Path, label: str | None, base: Path | None,
+             checker: Checker | None) -> Located:
+    events = resolve_events(path, checker.listed if checker is not None
                             and checker.wants_listings else None)
     if events is None:
-        if not os.path.exists(target.path):
+        if not os.path.exists(path):
             return Located(key, None, label, NOT_RUN)
-        return Located(key, None, label, no_stream(label or target.path.name))
+        return Located(key, None, label, no_stream(label or path.name))
     if label is None and base is not None:
         label = _relative_posix(events, base)
     return Located(key, events, as_text(label or events.as_posix()))
@@ -274,66 +245,6 @@ def _relative_posix(path: Path, base: Path) -> str:
     if text.startswith(prefix) and os.sep == "/":
         return text[len(prefix):]
     return path.relative_to(base).as_posix()
-
-
-Found = dict[str, "RunSummary | Altered | str"]
-
-
-def summaries_python(targets: list[_Target], *, workers: int | None = None,
-                     checker: Checker | None = None) -> tuple[list[Located], Found]:
-    """The plain path: locate and fold each stream; large sets fan out over the cores.
-
-    Locating is part of each share, not done before it: on a slow file system
-    the few system calls per mission cost a fifth of scoring 10,000 runs. With
-    ``workers`` > 1 this process takes one share itself while forked workers
-    take the others (a parent that only waited would leave a core idle), and
-    the workers send back plain tuples, which cross the pipe several times
-    faster than the dataclasses.
-    """
-    workers = workers if workers is not None else _workers_for(len(targets))
-    if workers <= 1:
-        return _unpacked([_locate_and_fold(targets, checker)], len(targets))
-    import multiprocessing
-
-    chunks = [targets[i::workers] for i in range(workers)]  # interleaved: even shares
-    with multiprocessing.get_context("fork").Pool(workers - 1) as pool:
-        pending = pool.starmap_async(_locate_and_fold, [(c, checker) for c in chunks[1:]],
-                                     chunksize=1)
-        first = _locate_and_fold(chunks[0], checker)
-        return _unpacked([first, *pending.get()], len(targets))
-
-
-#: Runs each process must have to fold before one more is forked: below it the fork
-#: and sending the summaries back (a few milliseconds, then ~10 µs a run) cost more
-#: than sharing the fold (~0.1 ms a run) saves.
-PARALLEL_FROM = 500
-
-
-def _workers_for(runs: int) -> int:
-    if runs < PARALLEL_FROM:
-        return 1
-    return max(1, min(len(os.sched_getaffinity(0)), runs // PARALLEL_FROM))
-
-
-_Packed = tuple[str, "str | None", "str | None", "str | None", Any]
-
-
-def _locate_and_fold(targets: list[_Target], checker: Checker | None = None) -> list[_Packed]:
-    """Per target: its ``Located`` fields, then its summary packed (``pack``), why it
-    has none, or None when it has no stream."""
-    out: list[_Packed] = []
-    for target in targets:
-        loc = _locate(target, checker)
-        found = fold(loc, checker)
-        events = os.fspath(loc.events) if loc.events is not None else None
-        out.append((loc.key, events, loc.source, loc.missing,
-                    pack(found) if isinstance(found, RunSummary) else found))
-    return out
-
-
-def locate_under(key: str, runs: Path, checker: Checker | None = None) -> Located:
-    """``locate`` for one mission of a ``--runs`` folder (telling ``checker`` what it lists)."""
-    return _locate(_Target(key, runs / key, None, runs), checker)
 
 
 def fold(loc: Located, checker: Checker | None = None) -> RunSummary | Altered | str | None:
@@ -369,157 +280,28 @@ def judged(m: Mission, loc: Located, found: RunSummary | Altered | str | None) -
     return judge(m, None, source=loc.source, missing=found or loc.missing)
 
 
-def _unpacked(shares: list[list[_Packed]], total: int) -> tuple[list[Located], Found]:
-    """The shares' results back in the targets' order (share i holds targets i, i+n, ...)."""
-    located: list[Located] = [None] * total  # type: ignore[list-item]
-    found: Found = {}
-    for i, share in enumerate(shares):
-        for at, (key, events, source, missing, summary) in zip(
-                range(i, total, len(shares)), share, strict=True):
-            located[at] = Located(key, Path(events) if events is not None else None,
-                                  source, missing)
-            if summary is not None:
-                found[key] = summary if isinstance(summary, (str, Altered)) else unpack(summary)
-    return located, found
+class _Dataset:
+    """Each mission's run in a dataset: the summary ingest kept (or, for a dataset
+    that keeps none this evalkit wrote, one folded again from its records)."""
 
+    def __init__(self, dataset: Path, verify: bool) -> None:
+        from evalkit.eval import tables  # pyarrow: only a dataset needs it
 
-def summaries_duckdb(located: list[Located], checker: Checker | None = None) -> Found:
-    from evalkit.eval import tables  # DuckDB is imported only on this path
+        self.summaries = tables.DatasetSummaries(dataset)
+        self.tampered = tables.altered(dataset) if verify else {}
+        self.unkept = Unkept.of(dataset)
+        self.where = f"has a run in {dataset}"
 
-    out: Found = {}
-    if checker is not None:  # DuckDB reads the files itself: the seals are checked first
-        for loc in located:
-            if loc.events is not None:
-                found = fold(loc, checker)
-                if isinstance(found, (Altered, str)):
-                    out[loc.key] = found
-        located = [loc for loc in located if loc.key not in out]
-    files = [loc.events for loc in located if loc.events is not None]
-    root = Path(os.path.commonpath([str(f.parent) for f in files])) if files else Path(".")
-    by_path = tables.summaries_via_duckdb(root, files)
-    for loc in located:
-        if loc.events is None:
-            continue
-        found = by_path.get(loc.events.relative_to(root).as_posix())
+    def verdict(self, m: Mission) -> tuple[Verdict, bool]:
+        """The mission's verdict, and whether anything was where its run would be."""
+        found = self.summaries.find(m.key)
         if found is None:
-            out[loc.key] = f"no stream: cannot read {loc.events}"
-            continue
-        found.source = loc.source
-        out[loc.key] = found
-    return out
-
-
-def score(suite: Suite, *, runs: str | Path | None = None,
-          mapping: Mapping[str, str | Path] | None = None, dataset: str | Path | None = None,
-          split: str = "all", engine: str = "auto", verify: bool = True,
-          checker: Checker | None = None) -> ScoreReport:
-    """Verdicts for every mission of ``suite`` in ``split`` from recorded streams.
-
-    Each stream is checked against its seal (``evalkit.store.seal``) unless ``verify``
-    is False; ``checker`` says which keys are trusted and whether unsigned streams are
-    refused (default: ``Checker.for_scoring`` of the runs folder or the mapped paths).
-    """
-    if engine not in ENGINES:
-        raise EvalkitError(f"--engine takes one of {', '.join(ENGINES)}, not {engine!r}")
-    if dataset is not None and (runs is not None or mapping):
-        raise EvalkitError("score from --dataset or from --runs/--map, not both: a dataset "
-                           "holds the runs it was ingested from, and nothing would be mixed in")
-    missions = missions_in(suite, split)
-    if dataset is not None:
-        return _score_dataset(suite, missions, Path(dataset), split, verify)
-    runs_path = Path(runs) if runs is not None else None
-    targets = _targets(missions, runs_path, _known(suite, mapping or {}))
-    if verify and checker is None:
-        checker = Checker.for_scoring(beside(runs_path, mapping or {}))
-    checker = checker if verify else None
-    if checker is not None and runs_path is not None and runs_path.is_dir():
-        checker.warm(runs_path)  # before any fork: the workers inherit it
-    chosen = engine if engine != "auto" else (
-        "duckdb" if DUCKDB_FROM is not None and len(targets) >= DUCKDB_FROM else "python")
-    if chosen == "duckdb":
-        located = [_locate(target, checker) for target in targets]
-        _require_a_stream(located, suite, runs_path)
-        found = summaries_duckdb(located, checker)
-    else:
-        located, found = summaries_python(targets, checker=checker)
-        _require_a_stream(located, suite, runs_path)
-    verdicts = [judged(m, loc, found.get(m.key))
-                for m, loc in zip(missions, located, strict=True)]
-    return ScoreReport(suite.name, split, chosen, verdicts, verify)
-
-
-def beside(runs: Path | None, mapping: Mapping[str, str | Path]) -> list[Path]:
-    """Where a corpus's own public key may be found: the runs folder, else each mapped
-    path's folder (``Trust.local`` looks there and above)."""
-    if runs is not None:
-        return [runs]
-    return list(dict.fromkeys(Path(p).absolute().parent for p in mapping.values()))
-
-
-def _known(suite: Suite, mapping: Mapping[str, str | Path]) -> Mapping[str, str | Path]:
-    """``mapping``, once every entry is checked to name a mission of the suite and a
-    path where something is (a mistyped path is a usage error, as a missing --runs
-    folder is). An entry for a mission of the other half is left unused, not
-    refused: one list of ``--map`` entries serves ``--split train`` and ``--split
-    test`` alike; but it is checked all the same, so a typo is caught whichever
-    half is scored."""
-    keys = {m.key for m in suite.missions}
-    for key, path in mapping.items():
-        if key not in keys:
-            raise EvalkitError(f"bad --map: the suite has no mission {key!r}")
-        if not os.path.lexists(path):
-            raise EvalkitError(f"bad --map {key}={as_text(str(path))}: it does not exist")
-    return mapping
-
-
-def _require_a_stream(located: list[Located], suite: Suite, runs: Path | None) -> None:
-    if not any(loc.there for loc in located):
-        raise nothing_to_score(suite.name, runs_where(runs))
-
-
-def runs_where(runs: Path | None) -> str:
-    return f"has a run under {runs}" if runs is not None else "has a run at its --map path"
-
-
-def dataset_where(dataset: Path) -> str:
-    return f"has a run in {dataset}"
-
-
-def nothing_to_score(suite: str, where: str) -> EvalkitError:
-    """The error when no mission of the half scored has anything where its run would be
-    (``where``: ``*_where``)."""
-    return EvalkitError(f"nothing to score: no mission of suite '{suite}' {where}")
-
-
-def _score_dataset(suite: Suite, missions: list[Mission], dataset: Path, split: str,
-                   verify: bool) -> ScoreReport:
-    from evalkit.eval import tables
-
-    by_path = tables.summaries_from_dataset(dataset)
-    tampered = tables.altered(dataset) if verify else {}
-    unkept = Unkept.of(dataset)
-    under = tables.by_mission_folder(by_path)
-    verdicts, there = [], False
-    # A summary is let go once its last mission is judged: at 100k runs that
-    # is a tenth of peak memory. (A key twice in a suite, which check reports,
-    # is judged twice from the same summary.)
-    uses = Counter(m.key for m in missions)
-    for m in missions:
-        rel = resolve_relative(m.key, under.get(m.key, ()))
-        uses[m.key] -= 1
-        if rel is None:
-            verdict, found = unkept.verdict(m)
-            verdicts.append(verdict)
-            there = there or found
-        else:
-            there = True
-            summary = by_path[rel] if uses[m.key] else by_path.pop(rel)
-            reason = tampered.get(rel)
-            verdicts.append(judge(m, summary, source=rel) if reason is None
-                            else altered(m, reason, source=rel))
-    if not there:  # as from a runs folder
-        raise nothing_to_score(suite.name, dataset_where(dataset))
-    return ScoreReport(suite.name, split, "duckdb", verdicts, verify)
+            return self.unkept.verdict(m)
+        path, row = found
+        reason = self.tampered.get(path)
+        if reason is not None:
+            return altered(m, reason, source=path), True
+        return judge(m, self.summaries.summary(row), source=path), True
 
 
 @dataclass(frozen=True)
@@ -548,6 +330,35 @@ class Unkept:
         if m.key in self.without_stream:
             return judge(m, None, missing=no_stream(m.key)), True
         return judge(m, None, missing=NOT_RUN), False
+
+
+def beside(runs: Path | None, mapping: Mapping[str, str | Path]) -> list[Path]:
+    """Where a corpus's own public key may be found: the runs folder, else each mapped
+    path's folder (``Trust.local`` looks there and above)."""
+    if runs is not None:
+        return [runs]
+    return list(dict.fromkeys(Path(p).absolute().parent for p in mapping.values()))
+
+
+def _known(suite: Suite, mapping: Mapping[str, str | Path]) -> Mapping[str, str | Path]:
+    """``mapping``, once every entry is checked to name a mission of the suite and a
+    path where something is (a mistyped path is a usage error, as a missing --runs
+    folder is). An entry for a mission of the other half is left unused, not
+    refused: one list of ``--map`` entries serves ``--split train`` and ``--split
+    test`` alike; but it is checked all the same, so a typo is caught whichever
+    half is scored."""
+    keys = {m.key for m in suite.missions}
+    for key, path in mapping.items():
+        if key not in keys:
+            raise EvalkitError(f"bad --map: the suite has no mission {key!r}")
+        if not os.path.lexists(path):
+            raise EvalkitError(f"bad --map {key}={as_text(str(path))}: it does not exist")
+    return mapping
+
+
+def nothing_to_score(suite: str, where: str) -> EvalkitError:
+    """The error when no mission of the half scored has anything where its run would be."""
+    return EvalkitError(f"nothing to score: no mission of suite '{suite}' {where}")
 
 
 def parse_map(entries: Iterable[str]) -> dict[str, str]:

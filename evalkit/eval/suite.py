@@ -10,8 +10,10 @@ share, ...) is ``evalkit.eval.check``'s question; the loader deliberately
 accepts such suites so check can report everything at once.
 
 The schema is the seed harness's (see docs/suites-and-scoring.md), and a
-suite written for it loads unchanged. evalkit adds these optional top-level
-keys of its own:
+suite written for it loads unchanged. A mission's fields are its core ones
+(``evalkit.eval.mission``) and those of the registered checks
+(``evalkit.eval.checks``), so a field no check claims is refused as unknown,
+like any other. evalkit adds these optional top-level keys of its own:
 
 ``vocabulary``
     list of extra capability words this suite adds to the 11 in
@@ -43,18 +45,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import difflib
-import json
 import math
-import re
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from evalkit.errors import EvalkitError
-from evalkit.eval import strict_json
-from evalkit.gcpause import collector_paused
+from evalkit.eval import checks
+from evalkit.eval.mission import CORE_FIELDS, MISSION_FIELDS, REQUIRED_FIELDS, Mission
+from evalkit.eval.suite_text import _FAST_PATH_FROM as _FAST_PATH_FROM  # report.fanout's
+from evalkit.eval.suite_text import SUITE_FILES, SuiteError, large_json, parse, read_text
+from evalkit.eval.suite_text import Tree as _Tree  # suite_pieces builds with it
+from evalkit.eval.suite_text import counted as counted
+from evalkit.eval.suite_text import suite_file as _suite_file
 
 #: The capability vocabulary every suite starts from.
 CAPABILITIES: tuple[str, ...] = (
@@ -65,34 +69,13 @@ CAPABILITIES: tuple[str, ...] = (
 #: The two halves; train and test are never blended into one number.
 SPLITS: tuple[str, ...] = ("train", "test")
 
-#: What a directory given as a suite is searched for, first found wins.
-SUITE_FILES: tuple[str, ...] = ("missions.yaml", "missions.yml", "missions.json", "suite.yaml")
-
 #: evalkit's own optional top-level keys that hold paths relative to the suite file.
 PATH_KEYS: tuple[str, ...] = ("skill", "agents", "fixtures")
 
-_FAST_LOADER = getattr(yaml, "CSafeLoader", None)
-
-#: libyaml's composer recurses in C and crashes the process (a segfault, not an
-#: exception) somewhere past 20,000 levels of nesting; the pure-Python loader
-#: raises RecursionError instead. Texts whose nesting *could* exceed this bound
-#: take the slow, safe path.
-_FAST_MAX_NESTING = 2000
-
-# Field kinds: how a value is checked and stored.
-_STR, _STRS, _BOOL, _INT = "str", "strs", "bool", "int"
+# Field kinds: how a value is checked and stored (a check field's kind is one of the first four).
+_STR, _STRS, _BOOL, _INT = checks.KINDS
 #: A mapping of string to string (``fixture_for``: mission key -> fixture name).
 _MAP = "map"
-
-MISSION_FIELDS: dict[str, str] = {
-    "key": _STR, "flag": _STR, "prompt": _STR,
-    "must": _STRS, "must_not": _STRS, "because": _STR, "split": _STR,
-    "expects_tools": _STRS, "forbids_tools": _STRS, "expects_outcome": _STR,
-    "expects_caveat_ok": _BOOL, "expects_grounded": _BOOL,
-    "answer_must_match": _STRS, "answer_must_not_match": _STRS,
-    "max_reply_rejected": _INT, "must_not_stage": _BOOL, "flags": _STRS,
-}
-REQUIRED_FIELDS: tuple[str, ...] = ("key", "flag", "prompt")
 
 SUITE_FIELDS: dict[str, str] = {
     "name": _STR, "missions": "missions", "tools": _STRS, "assets": "assets",
@@ -106,52 +89,9 @@ EXTRA_FIELDS: dict[str, str] = {
 RUBRIC_FIELDS: tuple[str, ...] = ("date", "key", "what", "why")
 
 
-@dataclass(frozen=True)
-class Mission:
-    """One question, graded the same way every time. ``None`` means "not checked"."""
-
-    key: str
-    flag: str
-    prompt: str
-    must: tuple[str, ...] = ()
-    must_not: tuple[str, ...] = ()
-    because: str = ""
-    split: str = "train"
-    expects_tools: tuple[str, ...] | None = None
-    forbids_tools: tuple[str, ...] | None = None
-    expects_outcome: str | None = None
-    expects_caveat_ok: bool = False
-    expects_grounded: bool | None = None
-    answer_must_match: tuple[str, ...] | None = None
-    answer_must_not_match: tuple[str, ...] | None = None
-    max_reply_rejected: int | None = None
-    must_not_stage: bool = False
-    #: Extra CLI tokens the mission is spawned with (not capabilities).
-    flags: tuple[str, ...] = ()
-    #: 1-based line where the mission starts in its file, when known; not part of equality.
-    line: int | None = field(default=None, compare=False)
-
-
-#: Mission's fields in declaration order, each with its default (MISSING when required).
-_MISSION_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Mission)}
-assert not hasattr(Mission, "__post_init__") and all(
-    f.default_factory is MISSING for f in fields(Mission)), "_new_mission builds Missions directly"
-
-
-def _new_mission(state: dict[str, Any], line: int | None) -> Mission:
-    """``Mission(**state, line=line)`` for a ``_plain_mission`` state, a fraction of the cost.
-
-    The frozen dataclass ``__init__`` sets each of its 18 fields through
-    ``object.__setattr__``, which dominates building a 100,000-mission suite.
-    The instance dict this installs has the same keys, in the same order,
-    with the same values, so the object is indistinguishable (equality, hash,
-    repr, pickling). That holds while Mission has no ``__post_init__`` and no
-    default factories, which the assertion above guards.
-    """
-    mission = object.__new__(Mission)
-    state["line"] = line
-    object.__setattr__(mission, "__dict__", state)
-    return mission
+def mission_kinds() -> dict[str, str]:
+    """Every field a mission may have -> its kind: the core ones, then each check's."""
+    return {f.name: f.kind for f in (*CORE_FIELDS, *checks.fields())}
 
 
 @dataclass(frozen=True)
@@ -197,31 +137,6 @@ class Suite:
         return None if value is None else self.path.parent / value
 
 
-class SuiteError(EvalkitError):
-    """A file that is not a suite; ``problems`` lists every reason, one sentence each."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, problems: list[str] | None = None, *,
-                 exit_code: int | None = None, loaded: Loaded | None = None) -> None:
-        super().__init__(message, exit_code=exit_code)
-        self.problems: list[str] = list(problems) if problems is not None else [message]
-        #: What did load despite the problems, so ``check`` can name the rest in the same message.
-        self.loaded = loaded
-
-    @classmethod
-    def from_problems(cls, path: Path, problems: list[str], *,
-                      loaded: Loaded | None = None) -> SuiteError:
-        lines = [f"suite {path} cannot be loaded ({counted(problems)}):"]
-        lines += [f"  - {p}" for p in problems]
-        return cls("\n".join(lines), problems, loaded=loaded)
-
-
-def counted(problems: list[str]) -> str:
-    """"1 problem", "3 problems": how every suite and check message counts them."""
-    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-
-
 @dataclass(frozen=True)
 class Loaded:
     """The part of a refused suite that loaded: its fields, and the missions that had no problem."""
@@ -242,8 +157,18 @@ class Loaded:
 
 def load_suite(path: str | Path) -> Suite:
     """Read a suite file (or a directory holding one); raise ``SuiteError`` if it is not one."""
-    with collector_paused():
-        return _load(_suite_file(Path(path)), default_name(Path(path)))
+    file = _suite_file(Path(path))
+    text = read_text(file)
+    large = large_json(text)
+    if large is not None:
+        # Build a large JSON suite without its YAML node tree; compose the tree
+        # only when there is a problem whose line it can name.
+        try:
+            return _Builder(file, _Tree(), default_name(Path(path))).suite(large)
+        except SuiteError:
+            pass
+    data, tree = parse(file, text)
+    return _Builder(file, tree, default_name(Path(path))).suite(data)
 
 
 def default_name(given: Path) -> str:
@@ -251,210 +176,6 @@ def default_name(given: Path) -> str:
     ``pack/missions.yaml`` is ``missions``); for a folder given as the suite
     (evalkit's addition), the folder's name."""
     return given.resolve().name if given.is_dir() else given.stem
-
-
-def _load(file: Path, name: str) -> Suite:
-    text = _read_text(file)
-    fast = _json_fast_path(text) if len(text) > _FAST_PATH_FROM else None
-    if fast is not None:
-        # Machine-written JSON suites can be large: build without the YAML node
-        # tree (missions then carry no line), and compose it only on a problem.
-        try:
-            return _Builder(file, _Tree(), name).suite(fast)
-        except SuiteError:
-            pass
-    data, tree = _parse(file, text)
-    return _Builder(file, tree, name).suite(data)
-
-
-#: Above this many characters a JSON suite is built without its node tree.
-_FAST_PATH_FROM = 256 * 1024
-
-
-def _json_fast_path(text: str) -> Any | None:
-    """The document, when ``text`` is a JSON object without repeated keys; else None."""
-    if not text.lstrip().startswith("{"):
-        return None
-    return strict_json.loads(text.encode("utf-8"))
-
-
-# -- reading -----------------------------------------------------------------
-
-
-def _suite_file(path: Path) -> Path:
-    if path.is_dir():
-        for name in SUITE_FILES:
-            if (path / name).is_file():
-                return path / name
-        raise SuiteError(f"no suite in folder {path}: expected one of {', '.join(SUITE_FILES)}",
-                         exit_code=2)
-    if not path.exists():
-        raise SuiteError(f"no suite at {path}: the path does not exist", exit_code=2)
-    if not path.is_file():
-        raise SuiteError(f"suite {path} is not a regular file", exit_code=2)
-    return path
-
-
-def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SuiteError(f"cannot read suite {path}: {exc.strerror or exc}", exit_code=2) from None
-    if b"\0" in raw:
-        raise SuiteError(f"suite {path} is a binary file, not YAML or JSON text")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise SuiteError(f"suite {path} is not UTF-8 text "
-                         f"(byte {raw[exc.start]:#04x} at offset {exc.start})") from None
-
-
-@dataclass(frozen=True)
-class _Tree:
-    """The YAML node tree (it knows the lines) and the keys a mapping repeats.
-
-    Repeats are found before construction: constructing a merge key (``<<``)
-    splices the merged pairs into the node, which would look like repeats.
-    """
-
-    root: yaml.Node | None = None
-    repeated: frozenset[int] = frozenset()  # id() of each repeating key node
-
-
-def _parse(path: Path, text: str) -> tuple[Any, _Tree]:
-    """The data, plus the node tree when the parser can give one."""
-    if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SuiteError(f"suite {path} is not valid JSON: {exc.msg} "
-                             f"(line {exc.lineno}, column {exc.colno})") from None
-        except RecursionError:
-            raise SuiteError(f"suite {path} is not valid JSON: it nests too deeply") from None
-        except ValueError as exc:
-            raise SuiteError(f"suite {path} is not valid JSON: {_reason(exc)}") from None
-        try:  # JSON is (nearly) YAML: borrow its node tree for line numbers, best effort
-            return data, _compose(text)[1]
-        except Exception:
-            return data, _Tree()
-    try:
-        return _compose(text)
-    except RecursionError:
-        raise SuiteError(f"suite {path} is not valid YAML: it nests too deeply") from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise SuiteError(f"suite {path} is not valid YAML: {exc.problem or exc.context}{where}"
-                         ) from None
-    except Exception as exc:  # anything the third-party parser throws is about the file
-        raise SuiteError(f"suite {path} is not valid YAML: {_reason(exc)}") from None
-
-
-def _reason(exc: Exception) -> str:
-    """A parser's complaint as a reason about the file: Python's limit on digits in an
-    integer comes with advice for programmers (sys.set_int_max_str_digits), not for a suite."""
-    text = str(exc)
-    if "integer string conversion" in text:
-        return "it holds an integer of more than 4,300 digits, more than any field takes"
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _compose(text: str) -> tuple[Any, _Tree]:
-    loader = (_FAST_LOADER if _FAST_LOADER and _nesting_bound(text) <= _FAST_MAX_NESTING
-              else yaml.SafeLoader)(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, _Tree()
-        tree = _Tree(node, _repeated_keys(node))
-        return loader.construct_document(node), tree
-    finally:
-        loader.dispose()
-
-
-def _repeated_keys(root: yaml.Node) -> frozenset[int]:
-    """Key nodes that repeat an earlier key of the same mapping (later one wins, silently)."""
-    repeated: set[int] = set()
-    seen_nodes: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen_nodes:  # aliases share nodes, and may even loop
-            continue
-        seen_nodes.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            keys: set[tuple[str, str]] = set()  # (tag, text): 1 and "1" are different keys
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and not key.tag.endswith(":merge"):
-                    if (key.tag, key.value) in keys:
-                        repeated.add(id(key))
-                    keys.add((key.tag, key.value))
-                stack += [key, value]
-        elif isinstance(node, yaml.SequenceNode):
-            stack += node.value
-    return frozenset(repeated)
-
-
-def _nesting_bound(text: str) -> int:
-    """An upper bound on how deep YAML can nest in ``text``.
-
-    Every collection opens with, or holds, at least one indicator of its own
-    (``[``, ``{``, ``-``, ``?`` or ``:``), so counting them all over-counts
-    but never under-counts.
-    """
-    flow = text.count("[") + text.count("{")
-    if flow > _FAST_MAX_NESTING:
-        flow = _flow_depth(text)
-    block = max((len(line) - len(line.lstrip(" ")) + sum(line.count(c) for c in "-?:")
-                 for line in text.splitlines()), default=0)
-    return 1 + flow + block
-
-
-_FLOW_TOKENS = re.compile(r"""[\[\]{}'"#\n]""")
-
-
-def _flow_depth(text: str) -> int:
-    """The deepest flow nesting (``[``/``{``), skipping quoted text and comments.
-
-    Brackets in block plain scalars can only over-count (a close is clamped at
-    zero), so the bound stays safe for the C loader's recursion limit.
-    """
-    depth = deepest = 0
-    quote: str | None = None
-    comment = False
-    pos = 0
-    for match in _FLOW_TOKENS.finditer(text):
-        ch, at = match.group(), match.start()
-        if comment:
-            comment = ch != "\n"
-            continue
-        if quote == "'":
-            if ch == "'":
-                quote = None  # '' (an escaped quote) reopens at the next one
-            continue
-        if quote == '"':
-            if ch == '"' and not _escaped(text, at, pos):
-                quote = None
-            continue
-        if ch in "'\"":
-            quote = ch
-            pos = at
-        elif ch == "#" and (at == 0 or text[at - 1] in " \t\n"):
-            comment = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth = max(0, depth - 1)
-    return deepest
-
-
-def _escaped(text: str, at: int, start: int) -> bool:
-    """Whether the character at ``at`` is preceded by an odd run of backslashes."""
-    n = 0
-    while at - n - 1 > start and text[at - n - 1] == "\\":
-        n += 1
-    return n % 2 == 1
 
 
 # -- shaping -----------------------------------------------------------------
@@ -514,6 +235,7 @@ class _Builder:
         self.problems: list[str] = []
         self.positions: tuple[int, ...] = ()
         self.partial: list[tuple[int, Mission, frozenset[str]]] = []
+        self.kinds = mission_kinds()
 
     def find(self, steps: tuple[str | int, ...]) -> tuple[yaml.Node | None, yaml.Node | None]:
         """Walk the node tree: (the node whose line names the step, the value's node)."""
@@ -546,6 +268,8 @@ class _Builder:
 
     def duplicates(self, where: str, steps: tuple[str | int, ...]) -> None:
         """YAML lets a later key silently replace an earlier one; say so instead."""
+        if not self.repeated:
+            return
         node = self.find(steps)[1] if steps else self.root
         if not isinstance(node, yaml.MappingNode):
             return
@@ -669,38 +393,28 @@ class _Builder:
         return tuple(m for _, m in built if m is not None)
 
     def mission(self, index: int, raw: Any) -> Mission | None:
-        """One mission: a plain one is built directly, anything else is looked at closely.
-
-        A suite with a repeated key anywhere takes the close look throughout,
-        since only that path reports repeats.
-        """
-        if not self.repeated and isinstance(raw, dict):
-            state = _plain_mission(raw)
-            if state is not None:
-                line = self.line("missions", index) if self.root is not None else None
-                return _new_mission(state, line)
-        return self.checked_mission(index, raw)
-
-    def checked_mission(self, index: int, raw: Any) -> Mission | None:
-        """The mission, or None with every problem it has recorded (the detailed path)."""
+        """The mission, or None with every problem it has recorded."""
         steps: tuple[str | int, ...] = ("missions", index)
         if not isinstance(raw, dict):
             self.problem(f"mission #{index + 1}", None, steps,
                          f"must be a mapping of mission fields, not {_describe(raw)}")
             return None
-        key = raw.get("key")
-        where = f"mission {key!r}" if isinstance(key, str) and key.strip() else \
-            f"mission #{index + 1}"
         before = len(self.problems)
-        self.duplicates(where, steps)
+        self.duplicates(_where(raw, index), steps)
         values: dict[str, Any] = {}
         bad: set[str] = set()
+        kinds = self.kinds
         for name, value in raw.items():
-            kind = _kind(name, MISSION_FIELDS)
+            kind = kinds.get(name) if isinstance(name, str) else None
             if kind is None:
-                self.unknown(where, name, list(MISSION_FIELDS), (*steps, str(name)))
-            elif value is not None:
-                ok, stored = self.value(where, name, kind, value, (*steps, name))
+                self.unknown(_where(raw, index), name, list(kinds), (*steps, str(name)))
+            elif value is None:
+                continue  # an empty value means "not given"
+            elif type(value) is _EXACT.get(kind) or kind == _STRS and type(value) is list \
+                    and all(type(item) is str for item in value):
+                values[name] = tuple(value) if kind == _STRS else value  # as ``value`` stores it
+            else:
+                ok, stored = self.value(_where(raw, index), name, kind, value, (*steps, name))
                 if ok:
                     values[name] = stored
                 else:
@@ -708,14 +422,15 @@ class _Builder:
         for name in REQUIRED_FIELDS:
             if raw.get(name) is None:
                 said = "has no value" if name in raw else "is missing"
-                self.problem(where, name, steps, f"{said}; every mission needs key, flag and prompt")
+                self.problem(_where(raw, index), name, steps,
+                             f"{said}; every mission needs key, flag and prompt")
                 bad.add(name)
+        line = self.line(*steps) if self.root is not None else None
         if len(self.problems) > before:
             blanks = {name: "" for name in REQUIRED_FIELDS if name in bad}
-            self.partial.append((index, Mission(**values, **blanks, line=self.line(*steps)),
-                                 frozenset(bad)))
+            self.partial.append((index, Mission(**values, **blanks, line=line), frozenset(bad)))
             return None
-        return Mission(**values, line=self.line(*steps))
+        return Mission(**values, line=line)
 
     def assets(self, raw: Any) -> dict[str, str]:
         steps = ("assets",)
@@ -767,45 +482,17 @@ def _kind(name: Any, table: dict[str, str]) -> str | None:
     return table.get(name) if isinstance(name, str) else None
 
 
-#: The exact type of an acceptable value of each mission field (a bool is no int here).
-_PLAIN_TYPES: dict[str, type] = {
-    name: {_STR: str, _STRS: list, _BOOL: bool, _INT: int}[kind]
-    for name, kind in MISSION_FIELDS.items()
-}
-_REQUIRED = frozenset(REQUIRED_FIELDS)
+#: The one type a value of each kind can have to be stored as it is (a bool is no int here).
+_EXACT: dict[str, type] = {_STR: str, _BOOL: bool, _INT: int}
 
 
-def _plain_mission(raw: dict[Any, Any]) -> dict[str, Any] | None:
-    """Every Mission field of a mission with nothing wrong (for ``_new_mission``), or None.
-
-    Exact type checks are enough to know that ``_Builder.value`` would accept
-    every value unchanged (lists become tuples), so the common case skips the
-    per-field bookkeeping that exists only to word problems. None is not a
-    verdict: ``_Builder.checked_mission`` then decides, with its messages.
-    """
-    state = dict(_MISSION_DEFAULTS)
-    for name, value in raw.items():
-        try:
-            plain = _PLAIN_TYPES[name]
-        except KeyError:  # an unknown field
-            return None
-        if type(value) is not plain:
-            if value is None and name not in _REQUIRED:
-                continue  # an empty optional value means "not given"
-            return None
-        if plain is list:
-            for item in value:
-                if type(item) is not str:
-                    return None
-            value = tuple(value)
-        state[name] = value
-    for name in REQUIRED_FIELDS:
-        if state[name] is MISSING:
-            return None
-    return state
+def _where(raw: dict[Any, Any], index: int) -> str:
+    """How a problem names a mission: by its key when it has one, else by its place."""
+    key = raw.get("key")
+    return f"mission {key!r}" if isinstance(key, str) and key.strip() else f"mission #{index + 1}"
 
 
 __all__ = [
     "CAPABILITIES", "SPLITS", "SUITE_FILES", "MISSION_FIELDS", "SUITE_FIELDS", "EXTRA_FIELDS",
-    "Mission", "Suite", "SuiteError", "default_name", "load_suite",
+    "Mission", "Suite", "SuiteError", "default_name", "load_suite", "mission_kinds",
 ]

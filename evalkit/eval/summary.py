@@ -1,16 +1,16 @@
 """A run folded into the few facts its verdict and KPIs are made of.
 
 Verdicts are never computed from raw records directly: a ``RunSummary`` sits
-between. Two producers fill it — ``summarize`` here, folding records read
-from JSONL, and the DuckDB path in ``evalkit.eval.tables`` aggregating a
-Parquet dataset — and one consumer (``evalkit.eval.verdict``) judges it. A
-test holds the two producers equal, which is what makes "both paths give the
-same verdicts" true by construction rather than by luck.
+between, and ``summarize`` here is the one place it is made: from a stream
+read under ``--runs``, and by ingest from the records it stores (the summary
+a dataset keeps is this fold's, see ``evalkit.eval.tables``). One consumer,
+``evalkit.eval.verdict``, judges it.
 
-Normalisation rules (both producers apply them through ``text``/``number``):
-a field that should be text but holds another JSON value is that value's
-compact JSON; a number is an int when integral, else a float; booleans and
-non-numbers in numeric fields are null. "Last" means last by file line.
+Normalisation rules (through ``evalkit.store.values``' ``text``/``number``/
+``flag``): a field that should be text but holds another JSON value is that
+value's compact JSON; a number is an int when integral, else a float;
+booleans and non-numbers in numeric fields are null. "Last" means last by
+file line.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from itertools import count
-from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -98,20 +97,8 @@ class RunSummary:
         return out
 
 
-#: RunSummary's fields in declaration order: what ``pack`` lists and ``unpack`` reads.
+#: RunSummary's fields in declaration order, what ``as_dict`` lists.
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RunSummary))
-_values = attrgetter(*_FIELDS)
-
-
-def pack(summary: RunSummary) -> tuple[Any, ...]:
-    """A summary as the plain tuple of its field values, to send between processes:
-    a tuple pickles and unpickles several times faster than the dataclass does."""
-    return _values(summary)
-
-
-def unpack(values: tuple[Any, ...]) -> RunSummary:
-    """The summary ``pack`` made ``values`` from."""
-    return RunSummary(*values)
 
 
 def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None = None, *,

@@ -1,214 +1,44 @@
-"""Scoring at scale: RunSummary from DuckDB tables instead of a Python fold.
+"""A run folder as a Parquet dataset, and the summaries ``score --dataset`` judges.
 
-``summarize`` folds one stream's records in Python; here one aggregate SQL
-query folds every stream of a dataset at once ("last" = highest file line,
-"first" = lowest), and the few values are then put through the very same
-normalisation functions (``text``/``number``/``flag``) into ``RunSummary``
-objects. A test holds the two producers equal field by field, so a verdict
-never depends on which path computed it.
+Ingest (``evalkit.store.ingest``) stores every record; here it also stores,
+per stream, the summary ``evalkit.eval.summary.summarize`` folds from the
+very records it parsed (the ``summaries`` table: the whole ``RunSummary`` as
+JSON, plus ``run_id``, ``finished``, ``outcome`` and ``records`` as
+columns), stamped in the manifest with the version of the fold that wrote
+it. ``score --dataset`` reads those when the stamp is this evalkit's, and
+otherwise folds each run again from the records the dataset keeps: one fold,
+in Python, whichever way a run is scored; DuckDB and Parquet store and
+query, and never fold a run a second way.
 
-Neither producer is free at 100k runs, so ``ingest`` keeps the summaries as
-a ``summaries`` table (one row per stream, the whole ``RunSummary`` as
-JSON), folded by ``summarize`` from the very text it ingests, while each
-batch is in memory. ``summaries_from_dataset`` reads that table when the
-dataset's summaries were written by this evalkit's fold
-(``SUMMARY_VERSION``) and runs the aggregate query otherwise; a dataset is
-a cache of the recordings, never a second truth.
-
-Also here: ``open_dataset`` (views over a dataset folder) and ``query``, what
-``evalkit sql`` runs.
+Also here: ``open_dataset`` (DuckDB views over a dataset folder) and
+``query``, what ``evalkit sql`` runs.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 
-from evalkit import signals
 from evalkit.errors import EvalkitError
-from evalkit.eval.summary import (
-    PROBLEMS_QUOTED,
-    RunSummary,
-    _finish,
-    first_firing,
-    summarize,
-)
+from evalkit.eval.summary import RunSummary, summarize
 from evalkit.store import dataset as ds
-from evalkit.store.values import flag, number, text
+from evalkit.store.layout import resolve_relative, taken_alone
 
-if TYPE_CHECKING:  # DuckDB and the ingest SQL load only where a query runs:
-    import duckdb  # reading kept summaries needs neither.
+if TYPE_CHECKING:  # DuckDB and the ingest load only where they are used:
+    import duckdb  # judging from kept summaries needs neither.
 
     from evalkit.store import ingest as ing
-
-#: Values at or past 2**53 may have lost digits in a DOUBLE column; for those
-#: runs the record itself (kept as JSON) is read again.
-_EXACT = 2.0**53
-
-_NUMBERS_FINISHED = ("steps", "max_steps", "elapsed_s", "prompt_tokens", "completion_tokens",
-                     "total_tokens", "calls", "cost")
-
-
-#: The events the stagnation fold reads (evalkit.signals). Each reaches the same Python
-#: fold reduced to what it reads; a tool result travels as a fingerprint of its JSON
-#: text (equal exactly when the call and result are written the same), not whole.
-_WATCHED = "'step_started', 'tool_call', 'tool_result', 'reply_rejected'"
-_FINGERPRINTED = "['$.tool', '$.arguments', '$.ok', '$.exit_code', '$.output', '$.error']"
-
-
-def _big(columns: Iterable[str]) -> str:
-    return " OR ".join(f"coalesce(abs({c}) >= {_EXACT}, false)" for c in columns)
-
-
-SUMMARY_SQL = f"""
-SELECT r.events_path,
-    r.blank + r.torn + r.non_object AS skipped,
-    count(e.line) AS records,
-    count(e.line) FILTER (WHERE len(e.problems) > 0) AS nonconforming,
-    (list({{'line': e.line, 'problems': e.problems}} ORDER BY e.line)
-        FILTER (WHERE len(e.problems) > 0))[1:{PROBLEMS_QUOTED}] AS problems,
-    bool_or(e.event = 'mission_started') AS started,
-    arg_max({{'run_id': e.run_id, 'protocol': e.protocol, 'profile': e.profile,
-              'sandbox': e.sandbox}}, e.line) FILTER (WHERE e.event = 'mission_started') AS last_start,
-    bool_or(e.event = 'mission_finished') AS finished,
-    arg_max({{'outcome': e.outcome, 'reason': e.reason, 'steps': e.steps,
-              'max_steps': e.max_steps, 'elapsed_s': e.elapsed_s,
-              'prompt_tokens': e.prompt_tokens, 'completion_tokens': e.completion_tokens,
-              'total_tokens': e.total_tokens, 'calls': e.calls, 'cost': e.cost,
-              'exact_line': CASE WHEN {_big(f'e.{c}' for c in _NUMBERS_FINISHED)}
-                                   OR json_extract(e.record, '$.budget') IS NOT NULL
-                            THEN e.line END}}, e.line)
-        FILTER (WHERE e.event = 'mission_finished') AS last_finish,
-    count(e.line) FILTER (WHERE e.event = 'step_started') AS steps_started,
-    list(e.tool ORDER BY e.line) FILTER (WHERE e.event = 'tool_call') AS tools_called,
-    list(e.tool ORDER BY e.line) FILTER (WHERE e.event = 'gate_requested') AS gate_tools,
-    list(e.tool ORDER BY e.line) FILTER (WHERE e.event = 'reply_rejected' AND e.tool IS NOT NULL)
-        AS rejected_tools,
-    count(e.line) FILTER (WHERE e.event = 'reply_rejected') AS reply_rejected,
-    count(e.line) FILTER (WHERE e.event = 'tool_result' AND e.ok IS FALSE) AS refusals,
-    bool_or(e.event = 'step_started' AND e.has_plan) AS staged,
-    count(e.line) FILTER (WHERE e.event = 'step_started' AND e.injected_truthy) AS injected,
-    bool_or(e.event = 'answer') AS answered,
-    arg_max({{'text': e.text}}, e.line) FILTER (WHERE e.event = 'answer') AS last_answer,
-    count(e.line) FILTER (WHERE e.event = 'grounding') AS grounding_records,
-    bool_or(e.event = 'grounding' AND e.repairing IS NOT TRUE) AS grounding_verdict,
-    arg_max({{'ran': e.ran, 'grounded': e.grounded, 'verified': e.verified, 'repairs': e.repairs,
-              'exact_line': CASE WHEN {_big(['e.repairs'])} THEN e.line END}}, e.line)
-        FILTER (WHERE e.event = 'grounding' AND e.repairing IS NOT TRUE) AS last_verdict,
-    list({{'event': e.event,
-           'index': CASE WHEN e.event = 'step_started'
-                         THEN json_extract(e.record, '$.index')::VARCHAR END,
-           'review': CASE WHEN e.event = 'step_started'
-                          THEN json_extract(e.record, '$.review')::VARCHAR END,
-           'result': CASE WHEN e.event = 'tool_result' THEN md5(list_transform(
-                json_extract(e.record, {_FINGERPRINTED}),
-                lambda x: coalesce(x::VARCHAR, 'null'))::VARCHAR) END}} ORDER BY e.line)
-        FILTER (WHERE e.event IN ({_WATCHED}) AND coalesce(e.branch, 'direct') = 'direct')
-        AS watched
-FROM runs r LEFT JOIN events e ON e.events_path = r.events_path
-GROUP BY ALL
-"""
-
-
-def _summary(row: dict[str, Any], exact: dict[tuple[str, int], dict[str, Any]]) -> RunSummary:
-    """One aggregate row -> RunSummary, through summary.py's normalisation functions.
-
-    ``exact`` holds the records (by events path and line) whose numbers a DOUBLE
-    column may have rounded, and the mission_finished records carrying a budget
-    (kept as recorded, which no column holds); those are read from the record itself.
-    """
-    s = RunSummary(source=row["events_path"], records=row["records"], skipped=row["skipped"])
-    s.nonconforming = row["nonconforming"]
-    quoted: list[str] = []
-    for item in row["problems"] or ():
-        for problem in item["problems"]:
-            if len(quoted) < PROBLEMS_QUOTED:
-                quoted.append(f"line {item['line']}: {problem}")
-    s.problems = tuple(quoted)
-    start = row["last_start"]
-    if start is not None:
-        s.started = True
-        s.run_id, s.protocol = text(start["run_id"]), text(start["protocol"])
-        s.profile, s.sandbox = text(start["profile"]), text(start["sandbox"])
-    finish = row["last_finish"]
-    if finish is not None:
-        if finish["exact_line"] is not None:
-            _finish(s, exact[(s.source, finish["exact_line"])])
-        else:
-            s.finished = True
-            s.outcome, s.reason = text(finish["outcome"]), text(finish["reason"])
-            s.steps, s.max_steps = number(finish["steps"]), number(finish["max_steps"])
-            s.elapsed_s = number(finish["elapsed_s"])
-            s.prompt_tokens = number(finish["prompt_tokens"])
-            s.completion_tokens = number(finish["completion_tokens"])
-            s.total_tokens = number(finish["total_tokens"])
-            s.model_calls, s.cost = number(finish["calls"]), number(finish["cost"])
-    s.steps_started = row["steps_started"]
-    s.tools_called = tuple(text(t) for t in row["tools_called"] or ())
-    s.gate_tools = tuple(text(t) for t in row["gate_tools"] or ())
-    s.rejected_tools = tuple(text(t) for t in row["rejected_tools"] or ())
-    s.reply_rejected, s.refusals = row["reply_rejected"], row["refusals"]
-    s.staged = bool(row["staged"])
-    s.injected = row["injected"]
-    if row["last_answer"] is not None:
-        s.answered = True
-        s.answer = text(row["last_answer"]["text"])
-    s.grounding_records = row["grounding_records"]
-    verdict = row["last_verdict"]
-    if verdict is not None:
-        s.grounding_verdict = True
-        line = verdict["exact_line"]
-        record = exact[(s.source, line)] if line is not None else verdict
-        s.grounding_ran, s.grounded = flag(record.get("ran")), flag(record.get("grounded"))
-        s.verified, s.repairs = flag(record.get("verified")), number(record.get("repairs"))
-    s.stagnation, s.stagnation_step = first_firing(_stagnation(row["watched"] or ()))
-    return s
-
-
-def _stagnation(watched: Iterable[dict[str, Any]]) -> list[signals.Firing]:
-    watch = signals.Watch()
-    for item in watched:
-        watch.feed_parts(item["event"], result=item["result"],
-                         index=_json(item["index"]), review=_json(item["review"]))
-    return watch.firings
-
-
-def _json(value: str | None) -> Any:
-    return None if value is None else orjson.loads(value)
-
-
-def _summaries(con: duckdb.DuckDBPyConnection) -> dict[str, RunSummary]:
-    """Run SUMMARY_SQL over the ``runs`` and ``events`` relations of ``con``."""
-    rows = con.sql(SUMMARY_SQL).to_arrow_table().to_pylist()  # a fifth faster than fetchall
-    wanted = [(row["events_path"], item["exact_line"]) for row in rows
-              for item in (row["last_finish"], row["last_verdict"])
-              if item is not None and item["exact_line"] is not None]
-    exact: dict[tuple[str, int], dict[str, Any]] = {}
-    if wanted:  # rare: runs with numbers at or past 2**53, or a budget that ran out
-        con.register("exact_wanted", pa.table({"p": [p for p, _ in wanted],
-                                               "l": [line for _, line in wanted]}))
-        try:
-            for path, line, record in con.sql(
-                    "SELECT events_path, line, record FROM events JOIN exact_wanted "
-                    "ON events_path = p AND line = l").fetchall():
-                exact[(path, line)] = orjson.loads(record)
-        finally:
-            con.unregister("exact_wanted")
-    out = {}
-    for row in rows:
-        summary = _summary(row, exact)
-        out[summary.source] = summary
-    return dict(sorted(out.items()))
 
 
 # --- summaries kept in the dataset ---------------------------------------------
@@ -231,18 +61,6 @@ def summary_version() -> str:
     return f"{SUMMARY_VERSION}-{hashlib.sha256(names.encode()).hexdigest()[:12]}"
 
 
-def _summaries_table(found: dict[str, RunSummary]) -> pa.Table:
-    rows = list(found.values())
-    return pa.table({
-        "events_path": [s.source for s in rows],
-        "run_id": [s.run_id for s in rows],
-        "finished": [s.finished for s in rows],
-        "outcome": [s.outcome for s in rows],
-        "records": [s.records for s in rows],
-        "summary": [_summary_json(s) for s in rows],
-    }, schema=SUMMARIES_SCHEMA)
-
-
 #: RunSummary's defaults: a kept summary leaves out every field still at its default
 #: (most of them in a typical run), which halves what reading it back costs.
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunSummary)}
@@ -258,7 +76,7 @@ def _summary_json(s: RunSummary) -> str:
                          if v != _LEFT_OUT[k] or type(v) is not type(_LEFT_OUT[k])}).decode()
 
 
-def _stored_summary(events_path: str, data: str) -> RunSummary:
+def _stored_summary(events_path: str, data: str | bytes | memoryview) -> RunSummary:
     """A RunSummary back from its JSON; built without ``__init__``, which costs 2x here.
 
     The version check in ``stored_summaries_current`` guarantees the fields match.
@@ -273,6 +91,18 @@ def _stored_summary(events_path: str, data: str) -> RunSummary:
     # left to the class's default is found after the instance's dict has missed.
     summary.__dict__ = {**_DEFAULTS, **fields}
     return summary
+
+
+def _summaries_table(found: dict[str, RunSummary]) -> pa.Table:
+    rows = list(found.values())
+    return pa.table({
+        "events_path": [s.source for s in rows],
+        "run_id": [s.run_id for s in rows],
+        "finished": [s.finished for s in rows],
+        "outcome": [s.outcome for s in rows],
+        "records": [s.records for s in rows],
+        "summary": [_summary_json(s) for s in rows],
+    }, schema=SUMMARIES_SCHEMA)
 
 
 class SummaryDerivation:
@@ -411,118 +241,150 @@ def _kept_summaries_current(folder: Path, manifest: dict[str, Any]) -> bool:
             and (folder / f"{SUMMARIES}.parquet").is_file())
 
 
-def summaries_from_dataset(dataset: Path, *, stored: bool = True) -> dict[str, RunSummary]:
-    """Every stream of a dataset folder, summarised; keyed by events path (relative to the root).
+class DatasetSummaries:
+    """A dataset's streams, each with the summary ``score`` judges it by.
 
-    ``stored`` reads the summaries ingest kept when they are current; otherwise
-    (or with ``stored=False``, or when the kept table cannot be read) the
-    aggregate query runs over the events. A dataset whose tables cannot be
-    read is one ``EvalkitError`` sentence.
+    The summaries ingest kept, when this evalkit's fold wrote them: their paths are
+    read up front and each summary decoded where it is asked for (``_KeptRows``), so
+    the processes judging a large suite share the reading out. Otherwise (an older
+    dataset, or one ``evalkit.store.ingest`` wrote alone) each stream is folded
+    again from the records the dataset keeps. A dataset that cannot be read is one
+    ``EvalkitError`` sentence.
     """
-    dataset = Path(dataset)
-    if stored and stored_summaries_current(dataset):
-        try:
-            return _kept_summaries(dataset)
-        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
-            pass  # a damaged cache: the events below still say everything
-    import duckdb  # only here: reading kept summaries needs no DuckDB
 
-    try:
-        con = open_dataset(dataset, kept=False)  # the aggregate reads runs and events only
-        try:
-            return _summaries(con)
-        finally:
-            con.close()
-    except duckdb.Error as exc:
-        raise EvalkitError(f"cannot read the dataset {dataset}: {_first_line(exc)}; "
-                           "re-create it with `evalkit ingest`") from None
+    def __init__(self, dataset: Path, *, stored: bool = True) -> None:
+        dataset = Path(dataset)
+        manifest = _check_manifest(dataset)
+        found = (_kept(dataset) if stored and _kept_summaries_current(dataset, manifest)
+                 else None)
+        self.paths, self._summary = found or _refolded(dataset)
+        self._under: dict[str, list[int]] = {}
+        for row, path in enumerate(self.paths):
+            self._under.setdefault(path.split("/", 1)[0], []).append(row)
+
+    def find(self, key: str) -> tuple[str, int] | None:
+        """The events path mission ``key`` is scored from (``resolve_relative``'s pick
+        among the streams in its folder) and its row, or None when it has none."""
+        rows = self._under.get(key)
+        if not rows:
+            return None
+        if len(rows) == 1 and taken_alone(self.paths[rows[0]]):  # its folder is KEY
+            return self.paths[rows[0]], rows[0]
+        paths = [self.paths[row] for row in rows]
+        path = resolve_relative(key, paths)
+        return (path, rows[paths.index(path)]) if path is not None else None
+
+    def summary(self, row: int) -> RunSummary:
+        return self._summary(row)
 
 
-def _kept_summaries(dataset: Path) -> dict[str, RunSummary]:
+def summaries_from_dataset(dataset: Path, *, stored: bool = True) -> dict[str, RunSummary]:
+    """Every stream of a dataset folder, summarised; keyed by events path (relative to the
+    root). ``stored=False`` folds every stream again even where kept summaries are current."""
+    found = DatasetSummaries(dataset, stored=stored)
+    return dict(sorted((path, found.summary(row)) for row, path in enumerate(found.paths)))
+
+
+def _kept(dataset: Path) -> tuple[list[str], Callable[[int], RunSummary]] | None:
+    """The kept summaries' paths, and how to decode the one in a row; None when the table
+    cannot be read (a damaged cache: the events still say everything)."""
     import pyarrow.parquet as pq
 
-    # ParquetFile, not read_table: the latter loads pyarrow.dataset and pandas (0.2 s).
-    table = pq.ParquetFile(dataset / f"{SUMMARIES}.parquet").read(
-        columns=["events_path", "summary"])
-    paths = table.column("events_path").to_pylist()
-    data = table.column("summary").to_pylist()
-    found = {path: _stored_summary(path, text) for path, text in zip(paths, data, strict=True)}
-    return dict(sorted(found.items()))
-
-
-def by_mission_folder(paths: Iterable[str]) -> dict[str, list[str]]:
-    """A dataset's events paths grouped by the folder they sit in under the runs root
-    (a mission's key), for ``resolve_relative``."""
-    found: dict[str, list[str]] = {}
-    for path in paths:
-        found.setdefault(path.split("/", 1)[0], []).append(path)
-    return found
-
-
-# --- straight from JSONL -------------------------------------------------------
-
-def _relative(path: Path, root: Path) -> str:
     try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
+        # ParquetFile, not read_table: the latter loads pyarrow.dataset and pandas (0.2 s).
+        # No thread pool: judging forks after this, and a child cannot use one.
+        file = pq.ParquetFile(dataset / f"{SUMMARIES}.parquet")
+        paths = file.read(columns=["events_path"], use_threads=False).column(0).to_pylist()
+    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError):
+        return None
+    if None in paths:
+        return None
+    return paths, _KeptRows(dataset, paths, file.metadata)
 
 
-def summaries_via_duckdb(root: Path, events_files: Sequence[Path], *,
-                         batch_bytes: int | None = None) -> dict[str, RunSummary]:
-    """The same summaries straight from events files, with no Parquet written.
+class _KeptRows:
+    """A kept summary by row, decoded a row group at a time in whichever process asks.
 
-    Files go through the ingest SQL in batches (a run never spans two), each
-    batch summarised in memory, so a large ``--runs`` folder costs bounded memory.
-    Keys are the files' paths relative to ``root`` (as given when outside it);
-    a file that cannot be read is left out.
+    Only the paths are read up front. A share's missions are mostly neighbours in
+    the table (ingest writes it in the order it walked the run folders), so each
+    process decodes about once each group its shares need, and holds one at a time:
+    the whole column decoded at once cost more in fresh memory than in decoding.
     """
-    from evalkit.store import ingest as ing
 
-    batch_bytes = batch_bytes or ing.BATCH_BYTES
-    root = Path(root)
-    out: dict[str, RunSummary] = {}
-    con = ing.connect()
+    def __init__(self, dataset: Path, paths: list[str], meta: Any) -> None:
+        self.dataset, self.paths = dataset, paths
+        self.starts = [0]
+        for group in range(meta.num_row_groups):
+            self.starts.append(self.starts[-1] + meta.row_group(group).num_rows)
+        self.group = -1
+        self.pid = 0
+        self.file: Any = None
+        self.offsets: Any = None
+        self.data: Any = None
+
+    def __call__(self, row: int) -> RunSummary:
+        group = bisect.bisect_right(self.starts, row) - 1
+        if group != self.group or self.pid != os.getpid():
+            self._decode(group)
+        at = row - self.starts[group]
+        try:
+            return _stored_summary(self.paths[row],
+                                   self.data[self.offsets[at]:self.offsets[at + 1]])
+        except (orjson.JSONDecodeError, TypeError) as exc:
+            raise self._damaged(exc) from None
+
+    def _decode(self, group: int) -> None:
+        import pyarrow.parquet as pq
+
+        if self.pid != os.getpid():  # a file of this process's own (a fork shares the offset)
+            self.file, self.pid = pq.ParquetFile(self.dataset / f"{SUMMARIES}.parquet"), os.getpid()
+        try:
+            column = self.file.read_row_group(group, columns=["summary"],
+                                              use_threads=False).column(0)
+            texts = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        except (pa.ArrowException, OSError) as exc:
+            raise self._damaged(exc) from None
+        if texts.null_count or len(texts) != self.starts[group + 1] - self.starts[group]:
+            raise self._damaged(ValueError("a summary is missing"))
+        # Each summary is decoded straight from Arrow's buffer of JSON texts, by its offsets.
+        self.offsets = memoryview(texts.buffers()[1]).cast("i")[
+            texts.offset:texts.offset + len(texts) + 1]
+        self.data = memoryview(texts.buffers()[2])
+        self.group = group
+
+    def _damaged(self, exc: BaseException) -> EvalkitError:
+        return EvalkitError(f"the summaries {self.dataset} keeps cannot be read "
+                            f"({_first_line(exc)}); re-create the dataset with `evalkit ingest`")
+
+
+def _refolded(dataset: Path) -> tuple[list[str], Callable[[int], RunSummary]]:
+    """Every stream folded again from the records the dataset keeps (in line order, with
+    the lines its reader skipped)."""
+    import pyarrow.parquet as pq
+
     try:
-        batch: list[tuple[str, str]] = []
-        size = 0
-        for path in events_files:
-            path = Path(path)
-            try:
-                content, nbytes = ing.read_text(os.fspath(path), required=True)
-            except EvalkitError:
-                continue  # left out: the caller reports it as "no stream"
-            batch.append((_relative(path, root), content))
-            size += nbytes
-            if size >= batch_bytes:
-                out.update(_summarise_batch(con, batch))
-                batch, size = [], 0
-        if batch:
-            out.update(_summarise_batch(con, batch))
-    finally:
-        con.close()
-    return dict(sorted(out.items()))
-
-
-def _summarise_batch(con: duckdb.DuckDBPyConnection,
-                     batch: list[tuple[str, str]]) -> dict[str, RunSummary]:
-    from evalkit.store import ingest as ing
-
-    paths = [rel for rel, _ in batch]
-    events, counts = ing.events_table(con, [content for _, content in batch])
-    events = events.append_column("events_path", pa.array(paths, pa.string()).take(
-        events.column("fid")))
-    runs = pa.table({
-        "events_path": pa.array(paths, pa.string()),
-        **{kind: pa.array(counts[kind], pa.int64()) for kind in ("blank", "torn", "non_object")},
-    })
-    con.register("events", events)
-    con.register("runs", runs)
-    try:
-        return _summaries(con)
-    finally:
-        con.unregister("events")
-        con.unregister("runs")
+        runs = pq.ParquetFile(dataset / "runs.parquet").read(
+            columns=["events_path", "blank", "torn", "non_object"], use_threads=False)
+        records: dict[str, list[tuple[int, str]]] = {}
+        events = pq.ParquetFile(dataset / "events.parquet")
+        for batch in events.iter_batches(columns=["events_path", "line", "record"],
+                                         use_threads=False):
+            for path, line, record in zip(*(column.to_pylist() for column in batch.columns),
+                                          strict=True):
+                records.setdefault(path, []).append((line, record))
+        paths = runs.column("events_path").to_pylist()
+        skipped = [sum(counts) for counts in zip(*(runs.column(name).to_pylist()
+                                                   for name in ("blank", "torn", "non_object")),
+                                                 strict=True)]
+        summaries = []
+        for path, skip in zip(paths, skipped, strict=True):
+            lines = sorted(records.pop(path, ()))
+            summaries.append(summarize([orjson.loads(record) for _, record in lines],
+                                       [line for line, _ in lines], source=path, skipped=skip))
+    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+        raise EvalkitError(f"cannot read the dataset {dataset}: {_first_line(exc)}; "
+                           "re-create it with `evalkit ingest`") from None
+    return paths, summaries.__getitem__
 
 
 # --- evalkit sql -------------------------------------------------------------------

@@ -8,14 +8,12 @@ person reading a red CI line should not need to open the stream to know why.
 
 from __future__ import annotations
 
-import functools
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalkit.eval.suite import Mission
+from evalkit.eval import checks
+from evalkit.eval.mission import Mission
 from evalkit.eval.summary import RunSummary
-from evalkit.patterns import compile_pattern
 
 #: The KPI names, in report order. A value the stream does not carry is None.
 KPI_NAMES: tuple[str, ...] = (
@@ -39,7 +37,7 @@ class Verdict:
     needs_reader: dict[str, list[str]]
     kpis: dict[str, Any]
     source: str | None = None
-    #: The machine check behind each reason, parallel to ``reasons`` (see CHECKS).
+    #: The check behind each reason, parallel to ``reasons`` (see ``check_names``).
     checks: list[str] = field(default_factory=list)
     because: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -79,8 +77,8 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
     if summary.records == 0:
         return _verdict(mission, [("empty_stream", "the stream is empty: the run failed")],
                         missing=False, kpis=kpis_of(summary), source=source)
-    called = _distinct(summary.tools_called)
-    found = _stream_reasons(summary) + machine_reasons(mission, summary, called=called)
+    called = distinct(summary.tools_called)
+    found = _stream_reasons(summary) + machine_reasons(mission, summary)
     return _verdict(mission, found, missing=False, kpis=kpis_of(summary, tools=called),
                     source=source)
 
@@ -117,141 +115,44 @@ def _stream_reasons(s: RunSummary) -> list[tuple[str, str]]:
 #: The check of a recording altered after it was closed.
 TAMPERED = "tampered"
 
-#: Every check a reason can come from, as named in ``Verdict.checks``.
-CHECKS: tuple[str, ...] = (
-    "missing", TAMPERED, "empty_stream", "contract", "unfinished", "expects_tools", "forbids_tools",
-    "expects_outcome", "expects_grounded", "answer", "answer_must_match",
-    "answer_must_not_match", "answer_pattern", "max_reply_rejected", "must_not_stage",
+#: The checks a stream answers before any the mission sets, each with how a report's
+#: reason sentence is read back to it (``evalkit.eval.diff``).
+STREAM_CHECKS: tuple[tuple[str, str], ...] = (
+    ("missing", r"^not run$|^no stream\b"),
+    (TAMPERED, r"^recording altered after it was closed"),
+    ("empty_stream", r"^the stream is empty"),
+    ("contract", r"not conform to the stream contract"),
+    ("unfinished", r"^the stream stopped without mission_finished"),
 )
 
 
-def machine_reasons(m: Mission, s: RunSummary, *,
-                    called: list[str] | None = None) -> list[tuple[str, str]]:
-    """(check, sentence) for every configured machine check that failed.
+def check_names() -> tuple[str, ...]:
+    """Every check a reason can come from, as named in ``Verdict.checks``."""
+    return (*(name for name, _ in STREAM_CHECKS),
+            *(name for check in checks.registered() for name in check.names))
 
-    ``called`` is the run's distinct tools, when the caller has them already.
-    """
+
+def __getattr__(name: str) -> Any:
+    if name == "CHECKS":  # the registry can grow, so the list is made when asked for
+        return check_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def machine_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
+    """(check, sentence) for every check the mission sets that the run fails, in the
+    registry's order."""
     found: list[tuple[str, str]] = []
-    called = _distinct(s.tools_called) if called is None else called
-    for tool in m.expects_tools or ():
-        if tool not in called:
-            found.append(("expects_tools", f"never called {tool}; it called {called!r}"))
-    for tool in m.forbids_tools or ():
-        if tool in called:
-            found.append(("forbids_tools",
-                          f"reached for {tool}, which this mission forbids (and called it)"))
-        elif tool in s.gate_tools or tool in s.rejected_tools:
-            found.append(("forbids_tools", f"reached for {tool}, which this mission forbids "
-                                           "(named, and the call never left the loop)"))
-    if m.expects_outcome is not None and s.finished:
-        wanted = {m.expects_outcome}
-        if m.expects_caveat_ok:
-            wanted.add("answered_with_caveat")
-        if s.outcome not in wanted:
-            also = " (or answered_with_caveat)" if len(wanted) > 1 else ""
-            found.append(("expects_outcome", f"ended {s.outcome!r}; this mission wants "
-                                             f"{m.expects_outcome}{also}"))
-    if m.expects_grounded is not None:
-        if not s.grounding_verdict:
-            found.append(("expects_grounded", "no grounding verdict was recorded; "
-                                              f"this mission wants grounded={m.expects_grounded}"))
-        elif s.grounded is not m.expects_grounded:
-            found.append(("expects_grounded", f"grounding says grounded={s.grounded}; "
-                                              f"this mission wants {m.expects_grounded}"))
-    found.extend(_answer_reasons(m, s))
-    if m.max_reply_rejected is not None and s.reply_rejected > m.max_reply_rejected:
-        noun = "reply" if s.reply_rejected == 1 else "replies"
-        found.append(("max_reply_rejected", f"{s.reply_rejected} {noun} could not be read; "
-                                            f"this mission allows {m.max_reply_rejected}"))
-    if m.must_not_stage and s.staged:
-        found.append(("must_not_stage", "the run was STAGED: a plan rode step_started"))
+    for check in checks.configured(m.settings):
+        for said in check.judge(m, s):  # most yield nothing: no list made per check
+            found.append(check.named(said))
     return found
 
 
-def _answer_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
-    if not m.answer_must_match and not m.answer_must_not_match:
-        return []
-    if not s.answered:
-        return [("answer", "no answer was recorded; this mission checks the answer text")]
-    found: list[tuple[str, str]] = []
-    # An answer record whose text is null is searched as empty text: what must
-    # match does not, and nothing it must not match is there (the seed's reading).
-    answer = s.answer if s.answer is not None else ""
-    # Lowered once for every pattern that ignores case (None: not ASCII, a regex must fold).
-    lowered = (answer.lower() if answer.isascii() else None) if _ignores_case(
-        m.answer_must_match, m.answer_must_not_match) else _UNSET
-    for pattern in m.answer_must_match or ():
-        hit = _search(pattern, answer, lowered)
-        if isinstance(hit, str):
-            found.append(("answer_pattern", hit))
-        elif not hit:
-            found.append(("answer_must_match", f"the answer does not match /{pattern}/"))
-    for pattern in m.answer_must_not_match or ():
-        hit = _search(pattern, answer, lowered)
-        if isinstance(hit, str):
-            found.append(("answer_pattern", hit))
-        elif hit:
-            found.append(("answer_must_not_match",
-                          f"the answer matches /{pattern}/, which this mission forbids"))
-    return found
-
-
-_UNSET: Any = object()
-
-
-@functools.lru_cache(maxsize=4096)
-def _ignores_case(*patterns: tuple[str, ...] | None) -> bool:
-    """Whether any of the patterns ignores case (a suite repeats its pattern lists)."""
-    return any(p.startswith("(?i)") for group in patterns for p in group or ())
-
-
-def _search(pattern: str, answer: str, lowered: str | None = _UNSET) -> bool | str:
-    """Whether the pattern is found, or the sentence saying it cannot be used.
-
-    The meaning is RE2's search (``evalkit.patterns``: linear in the answer,
-    whatever the pattern). Most answer patterns are plain words, though, and
-    a case-insensitive regex scan of a long answer that does not contain them
-    is the slowest step of a verdict; those are answered by a substring test
-    that finds exactly what the regex would. ``lowered`` is
-    ``answer.lower()`` when the answer is ASCII and None when it is not, if
-    the caller has it already.
-    """
-    literal, folded = _as_literal(pattern)
-    if literal is not None:
-        if not folded:
-            return literal in answer
-        if lowered is _UNSET:
-            lowered = answer.lower() if answer.isascii() else None
-        if lowered is not None:  # no character outside ASCII can fold onto these
-            return literal in lowered
-    try:
-        return compile_pattern(pattern).search(answer) is not None
-    except ValueError as refused:
-        return f"the pattern /{pattern}/ {refused}; this check cannot pass"
-
-
-#: Characters that stand for themselves in a regex, outside a character class.
-_PLAIN = re.compile(r"[A-Za-z0-9 _,'\":;!@#%&=<>/~-]*")
-
-
-@functools.lru_cache(maxsize=4096)
-def _as_literal(pattern: str) -> tuple[str | None, bool]:
-    """(the text a pattern matches literally, whether case is ignored), or (None, False).
-
-    Only ASCII patterns of plain characters, optionally led by ``(?i)``, qualify.
-    """
-    folded = pattern.startswith("(?i)")
-    body = pattern[4:] if folded else pattern
-    if not _PLAIN.fullmatch(body):
-        return None, False
-    return (body.lower() if folded else body), folded
-
-
-#: Up to this many items, ``_distinct`` scans a list (quadratic, but short).
+#: Up to this many items, ``distinct`` scans a list (quadratic, but short).
 _FEW = 16
 
 
-def _distinct(items: tuple[str | None, ...]) -> list[str]:
+def distinct(items: tuple[str | None, ...]) -> list[str]:
     """The items in first-seen order, without None."""
     if len(items) > _FEW:
         seen: dict[str | None, None] = dict.fromkeys(items)
@@ -284,7 +185,7 @@ def kpis_of(s: RunSummary, *, tools: list[str] | None = None) -> dict[str, Any]:
         "completion_tokens": s.completion_tokens,
         "model_calls": s.model_calls,
         "cost": s.cost,
-        "tools": _distinct(s.tools_called) if tools is None else tools,
+        "tools": distinct(s.tools_called) if tools is None else tools,
         "tool_calls": len(s.tools_called),
         "refusals": s.refusals,
         "reply_rejected": s.reply_rejected,

@@ -6,43 +6,23 @@ the same runs give the same bytes and a report can be committed and diffed.
 
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from evalkit.errors import EvalkitError
 from evalkit.eval.harness_files import REPORT_FILE, REPORT_MD, begins_as_ours
+from evalkit.eval.report_json import encode_verdicts, json_parts
 from evalkit.store.replace import Part, joined, replace_file, replace_files
 
 
 @dataclass
 class Rendered:
-    """A scored report, rendered: what ``score`` prints or writes, in parts.
-
-    Use it as a context manager: ``scratch`` (the parts' files) goes when it closes.
-    """
+    """A scored report, rendered: what ``score`` prints or writes, in parts."""
 
     passed: bool
     json: list[Part] | None
     markdown: list[Part] | None
-    scratch: Path | None = None
-
-    def __enter__(self) -> Rendered:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.scratch is not None:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-
-    def json_bytes(self) -> bytes:
-        return joined(self.json or [])
-
-    def markdown_text(self) -> str:
-        return joined(self.markdown or []).decode("utf-8")
 
 
 def write_file(path: Path, parts: list[Part]) -> Path:
@@ -60,56 +40,12 @@ def to_json(report: dict[str, Any]) -> str:
 
 
 def to_json_bytes(report: dict[str, Any]) -> bytes:
-    """The report as indented UTF-8 JSON; orjson because a 100k-mission report is ~150 MB.
+    """The report as indented UTF-8 JSON (``evalkit.eval.report_json``).
 
-    Key order is the report's own (insertion) order, verdicts last. A value
-    orjson cannot write (an integer past 64 bits) falls back to the standard
-    library.
+    Key order is the report's own (insertion) order, verdicts last.
     """
     head = {k: v for k, v in report.items() if k != "verdicts"}
-    return stitch_json(head, [encode_verdicts(report.get("verdicts", []))])
-
-
-def encode_verdicts(verdicts: list[dict[str, Any]]) -> bytes | memoryview:
-    """Verdicts as they sit inside the report's list: indented, comma-separated.
-
-    Runs of verdicts encoded apart (by the processes of a fan-out) are
-    joined by ``stitch_json`` into the bytes one encoding would give. They
-    are encoded inside a ``{"verdicts": [...]}`` of their own, so the
-    indentation is already the report's, and cut out without a copy.
-    """
-    if not verdicts:
-        return b""
-    try:
-        text = orjson.dumps({"verdicts": verdicts}, option=orjson.OPT_INDENT_2)
-    except TypeError:
-        text = json.dumps({"verdicts": verdicts}, indent=2, ensure_ascii=False,
-                          allow_nan=False).encode()
-    return memoryview(text)[len(_VERDICTS_OPEN):-len(_VERDICTS_CLOSE)]
-
-
-_VERDICTS_OPEN, _VERDICTS_CLOSE = b'{\n  "verdicts": [\n', b"\n  ]\n}"
-
-
-def stitch_json(head: dict[str, Any], runs: list[bytes | memoryview]) -> bytes:
-    """The report ``head`` (every field but the verdicts) followed by runs of encoded verdicts."""
-    return joined(json_parts(head, runs))
-
-
-def json_parts(head: dict[str, Any], runs: list[Part]) -> list[Part]:
-    """``stitch_json``'s bytes as parts to write one after another; ``runs`` must not be empty."""
-    try:
-        text = orjson.dumps(head, option=orjson.OPT_INDENT_2)
-    except TypeError:
-        text = json.dumps(head, indent=2, ensure_ascii=False, allow_nan=False).encode()
-    opening = text[:-2] + b",\n  " if head else b"{\n  "
-    body = [run for run in runs if run]
-    if not body:
-        return [opening, b'"verdicts": []\n}\n']
-    parts: list[Part] = [opening, b'"verdicts": [\n']
-    for i, run in enumerate(body):
-        parts += [b",\n", run] if i else [run]
-    return [*parts, b"\n  ]\n}\n"]
+    return joined(json_parts(head, [encode_verdicts(report.get("verdicts", []))]))
 
 
 def _cell(value: Any) -> str:

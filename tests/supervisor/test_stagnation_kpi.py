@@ -1,16 +1,17 @@
 """Stagnation as a KPI: the scorer reads, from the recording, where the supervisor saw a loop.
 
-Every scoring path — the Python fold, DuckDB over the JSONL, DuckDB over an
-ingested Parquet dataset — runs the same ``evalkit.signals`` fold, so each
-says exactly what the live supervisor said.
+Every way a run is scored — its stream folded, or a dataset's summary, kept by
+ingest or folded again from the records it keeps — runs the same
+``evalkit.signals`` fold, so each says exactly what the live supervisor said.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from evalkit.eval import tables
 from evalkit.eval.summary import summarize
-from evalkit.eval.tables import summaries_from_dataset, summaries_via_duckdb
+from evalkit.eval.tables import summaries_from_dataset
 from evalkit.eval.verdict import KPI_NAMES, kpis_of
 from evalkit.store.ingest import ingest
 from evalkit.store.reader import read_stream
@@ -38,17 +39,17 @@ def test_the_kpi_equals_what_the_supervisor_saw_on_every_scoring_path(
     root = tmp_path / "runs"
     files = sorted(root.glob("*/events.jsonl"))
     assert len(files) == len(runs)
-    duck = summaries_via_duckdb(root, files)
-    dataset = summaries_from_dataset(ingest(root).out)
+    refolded = summaries_from_dataset(ingest(root).out)
+    dataset = summaries_from_dataset(tables.ingest(root, tmp_path / "kept").out)
     for name, done in runs.items():
         saw = first_review(done)
         key = f"{done.outcome.run_id}/events.jsonl"
         read = read_stream(done.run_dir)
         plain = summarize(read.records, read.lines, source=key)
-        for summary in (plain, duck[key], dataset[key]):
+        for summary in (plain, refolded[key], dataset[key]):
             got = (summary.stagnation, summary.stagnation_step)
             assert got == (saw if saw else (None, None)), (name, got)
-        assert duck[key] == plain and dataset[key] == plain
+        assert refolded[key] == plain and dataset[key] == plain
         kpis = kpis_of(plain)
         assert set(kpis) == set(KPI_NAMES)
         assert (kpis["stagnation"], kpis["stagnation_step"]) == (saw or (None, None))
