@@ -194,6 +194,7 @@ def _damaged(draw, good: dict[str, Any]) -> dict[str, Any]:
     return matrix
 
 
+@pytest.mark.slow  # 60 whole reports rendered: a fuzzer, not the unit tier
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
