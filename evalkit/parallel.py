@@ -63,7 +63,7 @@ def can_fork() -> bool:
 
 
 def ordered(work: Callable[[S, T], R], items: Iterable[T], *, shared: S,
-            workers: int) -> Iterator[R]:
+            workers: int, cycles: bool = False) -> Iterator[R]:
     """``work(shared, item)`` for each item, yielded in the items' order.
 
     ``work`` must be a module-level function (the workers find it by name).
@@ -71,14 +71,16 @@ def ordered(work: Callable[[S, T], R], items: Iterable[T], *, shared: S,
     it walks. With ``workers`` > 1 (and forking safe) that many processes do
     the work; otherwise this one does. An exception raised by ``work`` is
     raised here, at its item; a worker process that dies is an
-    ``EvalkitError``. Leaving the loop early cancels what is queued.
+    ``EvalkitError``. Leaving the loop early cancels what is queued. ``cycles``:
+    the work makes reference cycles (a replayed mission does), so the workers keep
+    the cycle collector on.
     """
     if workers <= 1 or not can_fork():
         for item in items:
             yield work(shared, item)
         return
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=_start_worker, initargs=(shared,))
+                               initializer=_start_worker, initargs=(shared, cycles))
     try:
         pending: deque[Future[R]] = deque()
         queue = iter(items)
@@ -101,14 +103,15 @@ def ordered(work: Callable[[S, T], R], items: Iterable[T], *, shared: S,
 _shared: Any = None
 
 
-def _start_worker(shared: Any) -> None:
+def _start_worker(shared: Any, cycles: bool) -> None:
     """A worker's first step: keep ``shared``; leave Ctrl-C to the parent, which stops the
-    pool; and run without the cycle collector, whose passes would walk (and so copy)
-    every object inherited from the parent, for work that makes no cycles."""
+    pool; and, for work that makes no cycles, run without the cycle collector, whose
+    passes would walk (and so copy) every object inherited from the parent."""
     global _shared
     _shared = shared
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gc.disable()
+    if not cycles:
+        gc.disable()
 
 
 def _call(work: Callable[[Any, T], R], item: T) -> R:

@@ -17,15 +17,13 @@ end of its recording or could not be replayed are listed in
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from evalkit import parallel
 from evalkit.errors import EvalkitError
 from evalkit.store import layout
 from evalkit.store.replace import replace_file
@@ -109,8 +107,8 @@ def replay_one(source: str, store: str, skills: Sequence[str]) -> dict[str, Any]
     return row
 
 
-def _task(item: tuple[str, str, tuple[str, ...]]) -> dict[str, Any]:
-    return replay_one(*item)
+def _task(skills: tuple[str, ...], item: tuple[str, str]) -> dict[str, Any]:
+    return replay_one(*item, skills)
 
 
 def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | None = None,
@@ -131,46 +129,20 @@ def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | 
         raise EvalkitError(f"no run directories under {source} (none holds events.jsonl "
                            "beside meta.json)")
     out.mkdir(parents=True, exist_ok=True)
-    tasks = [(str(run), str(destination(out, run.relative_to(source))), tuple(skills))
-             for run in runs]
-    for _, store, _ in tasks:
+    tasks = [(str(run), str(destination(out, run.relative_to(source)))) for run in runs]
+    for _, store in tasks:
         Path(store).mkdir(parents=True, exist_ok=True)
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    workers = max(1, min(jobs or parallel.cores(), len(tasks)))
     started = time.monotonic()
-    rows = list(_fan_out(tasks, workers, on_done))
-    report = _report(source, out, skills, workers, rows, time.monotonic() - started)
-    replace_file(out / REPORT_FILE, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    return report
-
-
-def _fan_out(tasks: list[tuple[str, str, tuple[str, ...]]], workers: int,
-             on_done: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-
-    def done(row: dict[str, Any]) -> None:
+    rows = []
+    for row in parallel.ordered(_task, tasks, shared=tuple(skills), workers=workers,
+                                   cycles=True):
         rows.append(row)
         if on_done is not None:
             on_done(row)
-
-    if workers == 1:
-        for item in tasks:
-            done(_task(item))
-        return rows
-    # fork is cheapest (the workers start with everything imported); with other
-    # threads alive it is unsafe, and forkserver starts clean instead.
-    method = "fork" if threading.active_count() == 1 else "forkserver"
-    context = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        futures = {pool.submit(_task, item): item for item in tasks}
-        for future in as_completed(futures):
-            try:
-                done(future.result())
-            except Exception as exc:  # a worker died: the run is listed, not lost
-                item = futures[future]
-                done({"source": item[0], "replay": None, "outcome_before": None,
-                      "outcome_after": None, "drift": None, "ran_off_end": None,
-                      "error": f"the worker replaying it failed: {type(exc).__name__}: {exc}"})
-    return rows
+    report = _report(source, out, skills, workers, rows, time.monotonic() - started)
+    replace_file(out / REPORT_FILE, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return report
 
 
 def _report(source: Path, out: Path, skills: Sequence[str], jobs: int,

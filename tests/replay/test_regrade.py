@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +160,24 @@ def test_a_stricter_grammar_flips_an_answered_run_and_score_shows_it(lab: Lab, f
     assert _verdicts(_score(lab, source))["sum-2"] == (True, "answered")
     flipped = _verdicts(_score(lab, out))["sum-2"]
     assert flipped == (False, "answered_with_caveat")
+
+
+def test_two_worker_processes_regrade_as_one_process_does(lab: Lab, folder: Path) -> None:
+    """In a process of its own (no test-runner threads), ``--jobs 2`` forks two workers of
+    ``evalkit.parallel``: the rows, in order, are the ones a single process writes."""
+    reports = []
+    for jobs in ("1", "2"):
+        out = lab.root / f"regraded-{jobs}"
+        done = subprocess.run([sys.executable, "-m", "evalkit.cli", "regrade", str(folder),
+                               "--out", str(out), "--jobs", jobs], env=lab.env(),
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads((out / "regrade.json").read_text()))
+    one, two = reports
+    assert two["jobs"] == 2 and one["totals"] == two["totals"] and one["totals"]["replayed"] == 4
+    keep = ("source", "outcome_before", "outcome_after", "drift", "ran_off_end", "error")
+    assert [{k: r[k] for k in keep} for r in one["runs"]] == \
+        [{k: r[k] for k in keep} for r in two["runs"]]
 
 
 def test_runs_that_ran_off_the_end_or_could_not_be_replayed_are_listed(lab: Lab, folder: Path) -> None:
