@@ -47,7 +47,7 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             module = node.module
             if module == "evalkit":
-                found |= {alias.name for alias in node.names}
+                found.update(alias.name for alias in node.names)
             elif module.startswith("evalkit."):
                 found.add(module.split(".")[1])
         elif isinstance(node, ast.Import):
@@ -284,3 +284,88 @@ def test_a_command_that_needs_a_missing_extra_names_it(lean, tmp_path: Path,
     done = lean(*CLI, *(a.format(out=out) for a in args))
     assert (done.returncode, done.stderr, done.stdout) == (2, f"Error: {said}\n", "")
     assert not out.exists()  # refused before anything was made
+
+
+# -- no import cycles ---------------------------------------------------------------------------
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _loaded_with(path: Path, modules: set[str]) -> set[str]:
+    """The evalkit modules importing ``path`` imports at once: its module-level imports,
+    outside ``if TYPE_CHECKING:`` (those inside functions wait until called). A package
+    imported on the way to its submodule is Python's doing, not an edge of the graph."""
+    found: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                test = node.test
+                if getattr(test, "id", getattr(test, "attr", None)) != "TYPE_CHECKING":
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return found & modules
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan's algorithm, iterative)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in order:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        order[start] = low[start] = len(order)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            here, nexts = work[-1]
+            step = next(nexts, None)
+            if step is not None:
+                if step not in order:
+                    order[step] = low[step] = len(order)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[here] = min(low[here], order[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[here])
+            if low[here] == order[here]:
+                part = []
+                while True:
+                    module = stack.pop()
+                    on_stack.discard(module)
+                    part.append(module)
+                    if module == here:
+                        break
+                if len(part) > 1:
+                    found.append(sorted(part))
+    return found
+
+
+def test_no_modules_import_each_other_in_a_cycle() -> None:
+    files = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {module: _loaded_with(path, set(files)) - {module} for module, path in files.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
