@@ -93,8 +93,12 @@ class MissionSettings:
         flags["root"] = str(self.root)
         flags["mcp_stdio"] = list(self.mcp_stdio)
         flags["mcp_scopes"] = list(self.mcp_scopes)
-        # A value given on the command line may be a credential: only the names are kept.
+        # A value given on the command line may be a credential: only the names are kept
+        # (a resume passes each name's value from its own environment). None named, none
+        # written: a recording made without the flag reads as it always has.
         flags["mcp_env"] = [item.split("=", 1)[0] for item in self.mcp_env]
+        if not flags["mcp_env"]:
+            del flags["mcp_env"]
         return flags
 
 
