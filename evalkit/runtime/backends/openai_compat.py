@@ -298,7 +298,7 @@ def _usage(raw: Any) -> dict[str, Any] | None:
 
 def _status_wait(exc: Any, where: str, model: str) -> EndpointWait:
     status = exc.status_code
-    said = _short(exc.message)
+    said = _short(exc.message).rstrip(".")
     if status == 503:
         return EndpointWait("loading", f"{where} answered HTTP 503: {said}",
                             retry_after_s=_retry_after(exc.response), fault=TRANSPORT)
