@@ -92,6 +92,25 @@ OUTCOME_MEANINGS: dict[str, str] = {
 #: Values of ``mission_finished.reason`` with a fixed meaning (never outcomes).
 REASONS: tuple[str, ...] = ("cancelled", "stuck")
 
+#: Whose fault a failed model call is: every failure of the wire falls in one class, and
+#: only the model's own faults are charged to the model.
+WIRE_FAULTS: dict[str, str] = {
+    "transport": "the wire failed: connection refused or dropped, a timeout, a stream cut "
+                 "before its finish reason, a body that is not a chat completion (HTML, "
+                 "non-JSON, JSON without choices, a malformed stream chunk), 5xx, 429. Retried "
+                 "with backoff (model_state says so); when retries run out the run ends "
+                 "incomplete with a reason beginning 'transport fault:' that names the "
+                 "endpoint URL and what came back, and the scorer counts it as an "
+                 "infrastructure failure, never against the model",
+    "configuration": "the endpoint refused what it was asked: 400 on the request evalkit "
+                     "built, 401, 403, 404 for the model or the route. Never retried: the run "
+                     "ends incomplete with a reason beginning 'configuration fault:' naming "
+                     "the URL and the model, and evalkit mission exits 4 with that sentence "
+                     "as an Error: line",
+    "model": "a complete reply that breaks the protocol (unparseable, no such tool, bad "
+             "arguments): a reply_rejected record, charged to the model",
+}
+
 #: ``model_state.state`` values.
 MODEL_STATES: tuple[str, ...] = ("cold", "queued", "loading", "loaded", "failed", "absent")
 
@@ -141,6 +160,13 @@ CLI_FLAGS: tuple[dict[str, Any], ...] = (
           repeatable=True),
     _flag("--mcp-url", "URL", "an MCP tool server over streamable HTTP, namespaced like --mcp-stdio",
           repeatable=True),
+    _flag("--mcp-start-timeout", "SECONDS", "most seconds an MCP server may take to answer "
+          "'initialize' (default 30)"),
+    _flag("--mcp-call-timeout", "SECONDS", "most seconds one MCP tool call may take (default "
+          "60); running out is a failing tool result"),
+    _flag("--mcp-env", "NAME[=VALUE]", "pass one environment variable to the MCP servers "
+          "(its value here, or VALUE); they get only a few ordinary ones otherwise",
+          repeatable=True),
     _flag("--mcp-scopes", "SERVER=SCOPE[,SCOPE]", "declare the scopes every tool of one MCP "
           "server (by namespace) needs, over its annotations (never *)", repeatable=True),
     _flag("--skill", "PATH", "a skill manifest (SKILL.md); repeatable, first is primary",
@@ -154,7 +180,14 @@ CLI_FLAGS: tuple[dict[str, Any], ...] = (
     _flag("--approval", "ID", "admit the tool of one approved request, once"),
     _flag("--gate-wait", "SECONDS", "how long a standing gate waits for a control decision"),
     _flag("--mission-steps", "N", "step ceiling (0 = none)"),
-    _flag("--mission-seconds", "S", "wall-clock ceiling in seconds"),
+    _flag("--mission-seconds", "S", "wall-clock ceiling in seconds, kept while a model or "
+          "tool call is in flight"),
+    _flag("--request-timeout", "SECONDS", "most seconds one model call may take in all "
+          "(default 300); running out is a transport fault, retried",
+          env="EVALKIT_REQUEST_TIMEOUT"),
+    _flag("--stream-idle-timeout", "SECONDS", "most seconds a streamed reply may stay silent "
+          "(default 120); running out is a transport fault, retried",
+          env="EVALKIT_STREAM_IDLE_TIMEOUT"),
     _flag("--no-supervisor", None, "switch off the stuck-loop supervisor"),
     _flag("--swarm", None, "staged decomposition: triage, plan, steps, synthesis"),
     _flag("--swarm-parallel", "N", "independent swarm steps run at once"),
@@ -175,6 +208,10 @@ ENV_VARS: dict[str, str] = {
     "EVALKIT_API_BASE": "endpoint base URL when --api-base is not given",
     "EVALKIT_API_KEY": "endpoint key when --api-key is not given",
     "EVALKIT_PROFILE": "capability profile when --profile is not given",
+    "EVALKIT_REQUEST_TIMEOUT": "seconds one model call may take when --request-timeout is not "
+                               "given",
+    "EVALKIT_STREAM_IDLE_TIMEOUT": "seconds a stream may stay silent when "
+                                   "--stream-idle-timeout is not given",
     "EVALKIT_SANDBOX": "bwrap (refuse without it) or none (opt out)",
     "EVALKIT_AUDIT": "audit log folder; none/off silences it; unset = beside the run store "
                      "($EVALKIT_HOME/audit)",
@@ -190,6 +227,8 @@ EXIT_CONTRACT: tuple[str, ...] = (
     "the first SIGTERM winds the mission up: incomplete with reason cancelled, sink flushed and closed",
     "stderr diagnostics and free-text stream fields are scrubbed of credentials",
     "a write error on the event sink never fails the mission",
+    "exit codes: 0 the mission ran (whatever its outcome), 1 no event was written, 2 usage or a "
+    "refusal to start, 3 evalkit's own bug, 4 a configuration fault of the model endpoint",
 )
 
 
@@ -260,6 +299,7 @@ def as_dict() -> dict[str, Any]:
         "outcomes": list(OUTCOMES),
         "outcome_meanings": dict(OUTCOME_MEANINGS),
         "reasons": list(REASONS),
+        "wire_faults": dict(WIRE_FAULTS),
         "model_states": list(MODEL_STATES),
         "check_verdicts": list(CHECK_VERDICTS),
         "profiles": list(PROFILES),

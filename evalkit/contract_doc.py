@@ -38,6 +38,11 @@ def render() -> str:
     out += [f"- `{o}` — {c.OUTCOME_MEANINGS[o]}" for o in c.OUTCOMES]
     out += ["", f"`mission_finished.reason` values with a fixed meaning (never outcomes): "
             f"{_codes(c.REASONS)}.", ""]
+    out += ["## Whose fault (`WIRE_FAULTS`)", "",
+            "A model call that fails is put in exactly one class, so that an evaluation "
+            "charges the model only with what the model did:", ""]
+    out += [f"- **{name}** — {meaning}" for name, meaning in c.WIRE_FAULTS.items()]
+    out += [""]
     out += ["## Value sets", "",
             f"- `model_state.state`: {_codes(c.MODEL_STATES)}",
             f"- `grounding.checks[].verdict`: {_codes(c.CHECK_VERDICTS)}",

@@ -13,7 +13,27 @@ from typing import Any
 
 import click
 
-_SPAWN = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+#: The agent's command comes after ``--`` (or is the trailing arguments, from the first
+#: one that does not start with ``-``); an option evalkit does not know is refused with
+#: click's "No such option … Did you mean …", exit 2 — never taken as the agent, which
+#: would run every mission as "could not start" and report it as a measurement.
+_SPAWN = {"allow_interspersed_args": False}
+
+
+def refuse_if_nothing_ran(out: Path) -> None:
+    """Exit 1 with one ``Error:`` line when every try was an infrastructure failure.
+
+    The line is the command's last, and names the first distinct causes.
+    """
+    from evalkit.eval.taxonomy import all_infra
+
+    found = all_infra(out)
+    if found is None:
+        return
+    tries, causes = found
+    click.echo(f"Error: every one of the {tries} tries was an infrastructure failure, so "
+               f"nothing was measured; first causes: {' | '.join(causes)}", err=True)
+    sys.exit(1)
 
 
 def write_report_files(report: dict[str, Any], folder: Path) -> None:
@@ -80,6 +100,7 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
         click.echo(f"{half}: {c['pass']}/{data['totals']['missions']} passed; "
                    f"{c['fail']} failed, {c['missing']} missing, {c['infra']} infra errors")
     click.echo(f"report: {out / 'report.md'}")
+    refuse_if_nothing_ran(out)
     if not result.report["passed"] and not allow_failures:
         sys.exit(1)
 
@@ -114,3 +135,4 @@ def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float
             warn=lambda line: click.echo(line, err=True), secrets=secrets)
     click.echo(matrix_mod.to_markdown(result.matrix), nl=False)
     click.echo(f"matrix: {out / 'matrix.json'}")
+    refuse_if_nothing_ran(out)

@@ -35,7 +35,7 @@ from typing import Any
 
 from evalkit.errors import EvalkitError
 from evalkit.eval import stats
-from evalkit.eval.harness_files import CAPTURE_FILE
+from evalkit.eval.harness_files import CAPTURE_FILE, REPORT_FILE, STDERR_FILE
 from evalkit.eval.verdict import TAMPERED
 from evalkit.store.reader import read_events_file
 
@@ -140,6 +140,44 @@ def counts(words: list[str]) -> dict[str, Any]:
     return out
 
 
+def all_infra(folder: Path, *, limit: int = 3) -> tuple[int, list[str]] | None:
+    """(how many tries, their first distinct causes) when every scored try under ``folder``
+    was an infrastructure failure; None when any was not, or nothing was scored.
+
+    A run or a matrix in which nothing reached the agent measured nothing, and
+    saying "no detectable difference" or "0 passed" over it would read as a
+    finding. The cause of each try is the last line its agent wrote on
+    stderr (``stderr.txt``, already scrubbed) — what an operator needs to fix
+    it — else the taxonomy's own detail.
+    """
+    tries, causes = 0, []
+    for report in sorted(Path(folder).rglob(REPORT_FILE)):
+        try:
+            data = json.loads(report.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for verdict in data.get("verdicts") or [] if isinstance(data, dict) else []:
+            if verdict.get("category") == MISSING:
+                continue
+            if verdict.get("category") != INFRA:
+                return None
+            tries += 1
+            cause = _last_line(report.parent / str(verdict.get("key")) / STDERR_FILE) \
+                or str(verdict.get("infra") or "an infrastructure error")
+            if cause not in causes:
+                causes.append(cause)
+    return (tries, causes[:limit]) if tries else None
+
+
+def _last_line(path: Path) -> str | None:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    said = [line.strip() for line in lines if line.strip()]
+    return said[-1][:300] if said else None
+
+
 def _events_of(verdict: Mapping[str, Any], base: Path | None) -> Path | None:
     source = verdict.get("source")
     if not source or verdict.get("missing"):
@@ -177,5 +215,5 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CATEGORIES", "INFRA_KINDS", "annotate", "categorize", "counts", "endpoint_down",
+__all__ = ["CATEGORIES", "INFRA_KINDS", "all_infra", "annotate", "categorize", "counts", "endpoint_down",
            "load_capture", "to_markdown"]

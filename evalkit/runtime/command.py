@@ -8,8 +8,12 @@ nobody asked for.
 
 stdout is prose for a person (stderr when the stream itself goes to stdout);
 the event sink is the only machine channel. Exit codes: 0 the mission ran
-(whatever its outcome), 1 no event was written, 2 usage or a refusal to
-start, 3 the loop itself crashed (a bug in evalkit; the stream still closed).
+(whatever its outcome, a transport fault included: that is an infrastructure
+failure for the scorer to count, the stream says it), 1 no event was written,
+2 usage or a refusal to start, 3 the loop itself crashed (a bug in evalkit;
+the stream still closed), 4 the endpoint refused the configuration (401, 403,
+404, 400: a wrong key, model or URL) — the stream closed, and asking again
+with the same flags cannot help, so the operator is told at once.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import click
 
 from evalkit.contract import CLI_FLAGS
 from evalkit.errors import EvalkitError
+from evalkit.runtime.backends import CONFIGURATION
 
-EXIT_RAN, EXIT_NO_EVENTS, EXIT_USAGE, EXIT_CRASHED = 0, 1, 2, 3
+EXIT_RAN, EXIT_NO_EVENTS, EXIT_USAGE, EXIT_CRASHED, EXIT_CONFIGURATION = 0, 1, 2, 3, 4
 
 _MEANING = {f["flag"]: f["meaning"] for f in CLI_FLAGS}
 
@@ -52,6 +57,9 @@ def _opt(flag: str, **kwargs: Any) -> Any:
 @_opt("--protocol", type=click.Choice(["json", "native"]), default="json")
 @_opt("--mcp-stdio", metavar="CMD", multiple=True)
 @_opt("--mcp-url", metavar="URL", multiple=True)
+@_opt("--mcp-start-timeout", metavar="SECONDS", type=float)
+@_opt("--mcp-call-timeout", metavar="SECONDS", type=float)
+@_opt("--mcp-env", metavar="NAME[=VALUE]", multiple=True)
 @_opt("--mcp-scopes", metavar="SERVER=SCOPE[,SCOPE]", multiple=True)
 @_opt("--skill", metavar="PATH", multiple=True)
 @_opt("--profile", metavar="NAME", envvar="EVALKIT_PROFILE")
@@ -62,6 +70,9 @@ def _opt(flag: str, **kwargs: Any) -> Any:
 @_opt("--gate-wait", metavar="SECONDS", type=float)
 @_opt("--mission-steps", metavar="N", type=int, default=0)
 @_opt("--mission-seconds", metavar="S", type=float)
+@_opt("--request-timeout", metavar="SECONDS", type=float, envvar="EVALKIT_REQUEST_TIMEOUT")
+@_opt("--stream-idle-timeout", metavar="SECONDS", type=float,
+      envvar="EVALKIT_STREAM_IDLE_TIMEOUT")
 @_opt("--no-supervisor", is_flag=True)
 @_opt("--swarm", is_flag=True)
 @_opt("--swarm-parallel", metavar="N", type=int)
@@ -102,6 +113,9 @@ def mission_command(ctx: click.Context, objective: tuple[str, ...], **flags: Any
             click.echo(diagnostic(line), file=prose)
     if "CassetteMiss" in (outcome.reason or ""):
         click.echo(diagnostic(f"Error: {outcome.reason}"), err=True)
+    if outcome.fault == CONFIGURATION and not outcome.error:
+        click.echo(diagnostic(f"Error: {outcome.reason}"), err=True)
+        ctx.exit(EXIT_CONFIGURATION)
     if outcome.error:
         click.echo(diagnostic(f"internal error in the mission loop (the stream was closed "
                               f"incomplete):\n{outcome.error}"), err=True)
@@ -124,6 +138,10 @@ def _settings(objective: tuple[str, ...], flags: dict[str, Any]) -> Any:
         secrets=tuple(flags["secret"]),
         script=flags["script"], stream=not flags["no_stream"], protocol=flags["protocol"],
         mcp_stdio=tuple(flags["mcp_stdio"]), mcp_scopes=tuple(flags["mcp_scopes"]),
+        mcp_env=tuple(flags["mcp_env"]), mcp_start_timeout=flags["mcp_start_timeout"],
+        mcp_call_timeout=flags["mcp_call_timeout"],
+        request_timeout=flags["request_timeout"],
+        stream_idle_timeout=flags["stream_idle_timeout"],
         steps=flags["mission_steps"],
         seconds=flags["mission_seconds"], profile=flags["profile"], sandbox=sandbox,
         skills=tuple(flags["skill"]), grants=tuple(flags["grant"]),

@@ -42,6 +42,14 @@ class MissionSettings:
     mcp_stdio: tuple[str, ...] = ()
     #: ``--mcp-scopes SERVER=SCOPE[,SCOPE]`` values: an operator's word over annotations.
     mcp_scopes: tuple[str, ...] = ()
+    #: ``--mcp-env NAME[=VALUE]``: variables passed to the MCP servers beyond their few defaults.
+    mcp_env: tuple[str, ...] = ()
+    #: Seconds an MCP server may take to start, and one MCP call to answer (None: defaults).
+    mcp_start_timeout: float | None = None
+    mcp_call_timeout: float | None = None
+    #: Seconds one model call may take in all, and a stream may stay silent (None: defaults).
+    request_timeout: float | None = None
+    stream_idle_timeout: float | None = None
     steps: int = 0
     seconds: float | None = None
     profile: str | None = None
@@ -85,6 +93,12 @@ class MissionSettings:
         flags["root"] = str(self.root)
         flags["mcp_stdio"] = list(self.mcp_stdio)
         flags["mcp_scopes"] = list(self.mcp_scopes)
+        # A value given on the command line may be a credential: only the names are kept
+        # (a resume passes each name's value from its own environment). None named, none
+        # written: a recording made without the flag reads as it always has.
+        flags["mcp_env"] = [item.split("=", 1)[0] for item in self.mcp_env]
+        if not flags["mcp_env"]:
+            del flags["mcp_env"]
         return flags
 
 
@@ -122,6 +136,17 @@ def check(settings: MissionSettings) -> None:
         raise EvalkitError("--mission-steps must be 0 (no ceiling) or more")
     if settings.seconds is not None and settings.seconds <= 0:
         raise EvalkitError("--mission-seconds must be more than 0")
+    for flag, value in (("--request-timeout", settings.request_timeout),
+                        ("--stream-idle-timeout", settings.stream_idle_timeout),
+                        ("--mcp-start-timeout", settings.mcp_start_timeout),
+                        ("--mcp-call-timeout", settings.mcp_call_timeout)):
+        if value is not None and not value > 0:
+            raise EvalkitError(f"{flag} must be more than 0 seconds")
+    for item in settings.mcp_env:
+        name = item.split("=", 1)[0]
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise EvalkitError(f"--mcp-env {item!r}: give NAME or NAME=VALUE, NAME an "
+                               "environment variable name")
     if settings.profile is not None and settings.profile not in PROFILES:
         raise EvalkitError(f"unknown profile {settings.profile!r}: use one of "
                            f"{', '.join(PROFILES)}")
@@ -207,7 +232,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     live = None if settings.provider == "replay" else make_backend(
         settings.provider, script=settings.script, model=settings.model,
         base_url=settings.api_base, api_key=settings.api_key, stream=settings.stream,
-        cassette=settings.cassette, record_mode=settings.record_mode)
+        cassette=settings.cassette, record_mode=settings.record_mode,
+        request_timeout_s=settings.request_timeout, idle_timeout_s=settings.stream_idle_timeout)
     model = door.model(live) if door.model is not None else live
     sandbox = _sandbox(settings.sandbox, governed) if door.plane is None else None
     sandbox_name = door.sandbox or sandbox.name
@@ -217,7 +243,7 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     plane = door.plane(results) if door.plane is not None else ToolPlane(
         root=settings.root, results=results, builtins=builtins_for(manifest),
         mcp_stdio=list(settings.mcp_stdio), sandbox=sandbox,
-        mcp_scopes=_declarations(settings, manifest))
+        mcp_scopes=_declarations(settings, manifest), **_mcp_options(settings, env))
     token = CancelToken()
     sink: EventSink | None = None
     control: ControlChannel | None = None
@@ -268,6 +294,30 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     return Launched(outcome=outcome, sink_errors=sink.errors if sink else 0,
                     recorded=store is not None,
                     notes=door.closing() if door.closing is not None else {})
+
+
+def _mcp_options(settings: MissionSettings, env: Mapping[str, str]) -> dict[str, Any]:
+    """The MCP servers' timeouts and the variables ``--mcp-env`` passes them.
+
+    A ``--mcp-env NAME`` that is not set here is passed as nothing rather than
+    refused: a server that reads it optionally behaves as it would anywhere
+    the variable is unset.
+    """
+    options: dict[str, Any] = {}
+    if settings.mcp_start_timeout is not None:
+        options["mcp_start_timeout_s"] = settings.mcp_start_timeout
+    if settings.mcp_call_timeout is not None:
+        options["mcp_call_timeout_s"] = settings.mcp_call_timeout
+    passed: dict[str, str] = {}
+    for item in settings.mcp_env:
+        name, eq, value = item.partition("=")
+        if eq:
+            passed[name] = value
+        elif name in env:
+            passed[name] = env[name]
+    if passed:
+        options["mcp_env"] = passed
+    return options
 
 
 def _swarm(settings: MissionSettings) -> tuple[type[Run], dict[str, Any]]:

@@ -86,23 +86,29 @@ class RunOutcome:
     records: int = 0
     #: The traceback when the loop itself crashed (a bug, never the agent's fault).
     error: str | None = None
+    #: Whose fault ended the run when a model call failed for good: ``transport`` or
+    #: ``configuration`` (``evalkit.runtime.backends.FAULTS``); None otherwise.
+    fault: str | None = None
 
 
 class _CallFailed(Exception):
     """A model call that could not be made; ``reason`` says why in one sentence."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, fault: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.fault = fault
 
 
 class _Finish(Exception):
     """How the loop ends itself: the outcome and what rides ``mission_finished``."""
 
     def __init__(self, outcome: str, *, reason: str | None = None,
-                 budget: dict[str, Any] | None = None, answer: str | None = None) -> None:
+                 budget: dict[str, Any] | None = None, answer: str | None = None,
+                 fault: str | None = None) -> None:
         super().__init__(outcome)
         self.outcome, self.reason, self.budget, self.answer = outcome, reason, budget, answer
+        self.fault = fault
 
 
 class StepCounter:
@@ -228,7 +234,7 @@ class Run:
             answer=finish.answer, outcome=finish.outcome,
             run_id=self._writer.run_id if self._writer else None, steps=self._counter.taken,
             usage=self._usage.totals(), reason=finish.reason, budget=finish.budget,
-            elapsed_s=elapsed, records=self._emitter.emitted, error=error)
+            elapsed_s=elapsed, records=self._emitter.emitted, error=error, fault=finish.fault)
 
     def _work(self, objective: str) -> None:
         """What runs between ``mission_started`` and the end: the loop (a swarm stages it)."""
@@ -456,7 +462,7 @@ class Run:
         try:
             return self._complete(index, self._messages, self._tools, "mission")
         except _CallFailed as failed:
-            raise _Finish("incomplete", reason=failed.reason) from None
+            raise _Finish("incomplete", reason=failed.reason, fault=failed.fault) from None
 
     def _review_call(self, index: int, messages: list[dict[str, Any]]) -> Reply | None:
         """A supervisor review: one plain call; None when it could not be made."""
@@ -489,7 +495,10 @@ class Run:
         except OutOfTime:
             self._record_call(kind, request, {"error": ABANDONED.format(what="the model call")})
             raise self._out_of_time() from None
-        except (ModelUnavailable, ScriptExhausted) as exc:
+        except ModelUnavailable as exc:
+            self._record_call(kind, request, {"error": str(exc), "fault": exc.fault})
+            raise _CallFailed(str(exc), exc.fault) from None
+        except ScriptExhausted as exc:
             self._record_call(kind, request, {"error": str(exc)})
             raise _CallFailed(str(exc)) from None
         except Exception as exc:

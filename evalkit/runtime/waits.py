@@ -32,16 +32,24 @@ class WaitPolicy:
 
 
 class ModelUnavailable(Exception):
-    """The endpoint kept the run waiting past the policy; the mission ends incomplete."""
+    """The endpoint failed the call past the policy; the mission ends incomplete.
+
+    The sentence says whose fault it was first (``transport fault:`` or
+    ``configuration fault:``), then what the endpoint did, then why evalkit
+    stopped asking; ``fault`` carries the word for the command's exit code.
+    """
 
     def __init__(self, wait: EndpointWait, tries: int, *, out_of_time: bool) -> None:
-        why = "the mission's seconds would run out" if out_of_time else f"{tries} tries"
         if not wait.retryable:
-            why = "waiting cannot change this answer"
-        super().__init__(f"the model endpoint did not answer ({wait.state}: {wait.detail}); "
-                         f"gave up after {why}")
+            why = "asking again cannot change this answer"
+        elif out_of_time:
+            why = f"gave up after {tries} tries: the mission's seconds would run out"
+        else:
+            why = f"gave up after {tries} tries"
+        super().__init__(f"{wait.fault} fault: {wait.detail}; {why}")
         self.wait = wait
         self.tries = tries
+        self.fault = wait.fault
 
 
 def call_with_waits(call: Callable[[], Reply], *, policy: WaitPolicy, deadline: float | None,

@@ -6,7 +6,10 @@ by the OS. Replies are queued in advance and served in order. A queued
 chunks when the request says ``"stream": true`` — so one queue works for both
 modes. ``status`` queues an error response (429, 503, ...) with headers;
 ``stall`` queues a request that is never answered: it is held open until the
-client hangs up, and ``hung_up`` is set then. Every request body is kept in
+client hangs up, and ``hung_up`` is set then. ``raw`` queues bytes sent as
+they are, whatever the request asked (an HTML page with status 200, JSON that
+is no chat completion, an event stream cut anywhere): what a misbehaving
+proxy or server really puts on the wire. Every request body is kept in
 ``requests``.
 """
 
@@ -35,6 +38,8 @@ class Canned:
     error: str = "error"
     #: Never answer: hold the request until the client hangs up.
     stalls: bool = False
+    #: Send these bytes as the body, as they are, with ``headers`` (``raw``).
+    body: bytes | None = None
 
 
 class ChatServer:
@@ -65,6 +70,11 @@ class ChatServer:
                error: str = "unavailable") -> None:
         """Queue an error status with optional headers (e.g. Retry-After)."""
         self.queue.append(Canned(status=code, headers=headers or {}, error=error))
+
+    def raw(self, body: bytes, *, content_type: str, status: int = 200) -> None:
+        """Queue a body sent byte for byte, whatever the request asked."""
+        self.queue.append(Canned(status=status, body=body,
+                                 headers={"Content-Type": content_type}))
 
     def stall(self) -> None:
         """Queue a request that is never answered (a model that hangs mid-call)."""
@@ -146,6 +156,14 @@ def _handler_for(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 status=500, error="the test queued no reply for this request")
             if canned.stalls:
                 self._hold()
+                return
+            if canned.body is not None:
+                self.send_response(canned.status)
+                for key, value in canned.headers.items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(canned.body)))
+                self.end_headers()
+                self.wfile.write(canned.body)
                 return
             if canned.status != 200:
                 self._send(canned.status, {"error": {"message": canned.error}}, canned.headers)

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "CONFIGURATION",
+    "FAULTS",
+    "TRANSPORT",
     "EndpointWait",
     "ModelBackend",
     "Reply",
@@ -54,20 +57,35 @@ class Reply:
         return record
 
 
-class EndpointWait(Exception):
-    """The endpoint made the call wait; ``state`` is a ``model_state`` word.
+#: Whose a failed model call is. A *transport* fault is the wire's (a refused or dropped
+#: connection, a timeout, a stream cut before its finish reason, a body that is not a chat
+#: completion, a 5xx, a 429): asking again may well work, and the model is not to blame. A
+#: *configuration* fault is the operator's (a 400 on the request evalkit built, 401, 403, 404
+#: for the model or the route): asking again cannot change it. A complete reply that breaks
+#: the protocol is the model's, and never reaches this exception (it is a ``reply_rejected``).
+TRANSPORT, CONFIGURATION = "transport", "configuration"
+FAULTS: tuple[str, ...] = (TRANSPORT, CONFIGURATION)
 
-    ``retryable`` is False for answers that waiting cannot change (a 401, a
-    400 about the request itself): the loop then gives up at once.
+
+class EndpointWait(Exception):
+    """The endpoint made the call wait or failed it; ``state`` is a ``model_state`` word.
+
+    ``fault`` is ``transport`` (retried with backoff) or ``configuration``
+    (never retried: the loop gives up at once and the command says so with
+    an ``Error:`` line). ``retryable`` follows from it unless a backend says
+    otherwise. ``detail`` is one sentence that names the endpoint, never its key.
     """
 
     def __init__(self, state: str, detail: str, *, retry_after_s: float | None = None,
-                 retryable: bool = True) -> None:
+                 retryable: bool | None = None, fault: str | None = None) -> None:
         super().__init__(detail)
+        if fault is None:
+            fault = CONFIGURATION if retryable is False else TRANSPORT
         self.state = state
         self.detail = detail
         self.retry_after_s = retry_after_s
-        self.retryable = retryable
+        self.fault = fault
+        self.retryable = (fault == TRANSPORT) if retryable is None else retryable
 
 
 class ScriptExhausted(Exception):
@@ -114,6 +132,8 @@ def make_backend(provider: str, **options: Any) -> ModelBackend:
             base_url=options.get("base_url"),
             api_key=options.get("api_key"),
             stream=options.get("stream", True),
+            **{k: options[k] for k in ("request_timeout_s", "idle_timeout_s")
+               if options.get(k) is not None},
         )
         if options.get("cassette"):  # the raw HTTP, recorded or played back by vcrpy
             from evalkit.runtime.backends.cassette import CassetteBackend

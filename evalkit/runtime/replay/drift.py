@@ -9,7 +9,11 @@ function list does not), and ``detail`` one sentence.
 
 The recording holds messages as canonical JSON with credentials scrubbed, so
 the live side is put through the same redactor and JSON round trip before
-comparing; nothing else is normalised.
+comparing. One thing more is normalised: the ``arguments`` text of an
+assistant message's tool calls is compared by meaning, as parsed JSON. The
+model log keeps a reply's arguments with sorted keys, so a replayed turn
+echoes them back in another key order than the live run did; that is the
+same call, and calling it drift would blame a prompt change nobody made.
 """
 
 from __future__ import annotations
@@ -67,8 +71,8 @@ def first_difference(recorded: dict[str, Any], messages: list[Any], tools: Any, 
         return found(None, f"the recording made a {recorded.get('kind')!r} call here, "
                            f"the replay a {kind!r} call")
     for at, (then, now) in enumerate(zip(old, messages, strict=False)):
-        if then != now:
-            return found(at, describe(then, now))
+        if then != now and _meaning(then) != _meaning(now):
+            return found(at, describe(_meaning(then), _meaning(now)))
     if len(old) != len(messages):
         at = min(len(old), len(messages))
         return found(at, f"the recording sent {len(old)} message(s) on this call, "
@@ -79,6 +83,23 @@ def first_difference(recorded: dict[str, Any], messages: list[Any], tools: Any, 
     if old_tools != new_tools:
         return found(None, "the function list differs: " + _tool_change(old_tools, new_tools))
     return None
+
+
+def _meaning(message: Any) -> Any:
+    """``message`` with its tool calls' JSON argument texts parsed (left as text if not JSON)."""
+    if not isinstance(message, dict) or not isinstance(message.get("tool_calls"), list):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+            try:
+                parsed = json.loads(function["arguments"])
+            except ValueError:
+                parsed = function["arguments"]
+            call = {**call, "function": {**function, "arguments": parsed}}
+        calls.append(call)
+    return {**message, "tool_calls": calls}
 
 
 def describe(then: Any, now: Any) -> str:

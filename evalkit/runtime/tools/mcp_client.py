@@ -10,6 +10,15 @@ processes, no warnings.
 
 The SDK is imported only when a hub starts: a plane without MCP servers
 never pays for it.
+
+A server's environment is *not* the mission's: a tool server is somebody
+else's program, and the mission's environment holds the endpoint key and
+whatever else the operator exported. A server gets the SDK's short list of
+ordinary variables (``HOME``, ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``,
+``USER``), ``PYTHONPATH`` when it is set, and exactly the variables named
+with ``--mcp-env NAME[=VALUE]`` (``env`` here) — nothing else: no ``TZ``,
+``LANG`` or credentials unless named. docs/GOVERNANCE.md says the same to
+operators.
 """
 
 from __future__ import annotations
@@ -148,13 +157,15 @@ class _Connection:
         self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.done: concurrent.futures.Future[None] | None = None
 
-    async def hold(self, cwd: Path, errlog: TextIO, start_timeout_s: float) -> None:
+    async def hold(self, cwd: Path, errlog: TextIO, start_timeout_s: float,
+                   env: dict[str, str] | None = None) -> None:
         import anyio
         from mcp import ClientSession, Implementation, StdioServerParameters, stdio_client
 
         from evalkit import __version__
 
         extra_env = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+        extra_env.update(env or {})
         argv = relayed(self.spec.argv)  # the stub, forked, where this mission was forked
         params = StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(cwd),
                                        env=extra_env)
@@ -227,8 +238,10 @@ class McpHub:
     def __init__(self, specs: Sequence[McpServerSpec], cwd: Path, *,
                  start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
                  call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                 errlog: TextIO | None = None) -> None:
+                 errlog: TextIO | None = None, env: dict[str, str] | None = None) -> None:
         self.specs = list(specs)
+        #: Variables passed to every server beyond the few ordinary ones (``--mcp-env``).
+        self.env = dict(env or {})
         self.cwd = Path(cwd)
         self.start_timeout_s = start_timeout_s
         self.call_timeout_s = call_timeout_s
@@ -244,7 +257,8 @@ class McpHub:
         for spec in self.specs:
             conn = _Connection(spec)
             loop.connections.append(conn)
-            conn.done = loop.submit(conn.hold(self.cwd, self.errlog, self.start_timeout_s))
+            conn.done = loop.submit(conn.hold(self.cwd, self.errlog, self.start_timeout_s,
+                                              self.env))
             self._conns[spec.namespace] = conn
         for conn in loop.connections:
             try:

@@ -50,6 +50,7 @@ class ToolPlane:
                  mcp_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
                  mcp_call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  mcp_errlog: TextIO | None = None,
+                 mcp_env: Mapping[str, str] | None = None,
                  mcp_scopes: Mapping[str, Declared] | None = None) -> None:
         self.root = Path(root).resolve()
         if not self.root.is_dir():
@@ -74,6 +75,7 @@ class ToolPlane:
             "start_timeout_s": mcp_start_timeout_s,
             "call_timeout_s": mcp_call_timeout_s,
             "errlog": mcp_errlog,
+            "env": dict(mcp_env or {}),
         }
         self._hub: Any = None
         self._lock = threading.Lock()
