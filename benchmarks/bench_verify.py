@@ -43,8 +43,8 @@ def prepare(n: int) -> dict[str, Path]:
     folder = OUT / f"verify-n{n}"
     marker = folder / "sealed.json"
     paths = {"runs": folder / "runs", "suite": folder / "suite.yaml"}
-    if marker.is_file():
-        return paths
+    if marker.is_file() and json.loads(marker.read_text()).get("version") == seal.VERSION:
+        return paths  # sealed already, in this evalkit's manifest format
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     synthesise(folder, n)
@@ -58,7 +58,7 @@ def prepare(n: int) -> dict[str, Path]:
     seal.seal_folder(paths["runs"], runs, signer)
     sealed_folder = time.perf_counter() - t0
     (paths["runs"] / PUBLIC_FILE).write_bytes(signer.public_pem())
-    marker.write_text(json.dumps({"n": n, "seal_runs_s": sealed_runs,
+    marker.write_text(json.dumps({"n": n, "version": seal.VERSION, "seal_runs_s": sealed_runs,
                                   "seal_folder_s": sealed_folder}))
     return paths
 

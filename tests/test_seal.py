@@ -305,3 +305,54 @@ def test_a_public_key_file_is_read_by_shape_and_anything_else_by_the_library(
     junk.write_bytes(b"-----BEGIN PUBLIC KEY-----\nnot base64\n-----END PUBLIC KEY-----\n")
     with pytest.raises(EvalkitError, match="not a readable public key"):
         read_public_key(junk)
+
+
+def _sealed_as_version_1(folder: Path, signer: Signer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seal ``folder`` as a run, the way an evalkit writing version 1 manifests (SHA-256) did."""
+    with monkeypatch.context() as old:
+        old.setattr(seal, "VERSION", 1)
+        old.setattr(seal, "CURRENT", seal.DIGESTS[1])
+        seal.seal_run(folder, signer, fsync=False)
+
+
+def test_a_version_1_seal_still_verifies_and_still_catches_an_altered_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seals written before manifests moved to BLAKE3 (version 2) name SHA-256 digests:
+    they are read with their own hash, so an older recording is neither lost nor
+    reported as tampered, and an edit to one is still found, at its line."""
+    signer = Signer.generate()
+    run = tmp_path / "run"
+    run.mkdir()
+    stream = run / "events.jsonl"
+    stream.write_bytes(b'{"event": "mission_started"}\n{"event": "mission_finished"}\n')
+    _sealed_as_version_1(run, signer, monkeypatch)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["version"] == 1 and "sha256" in manifest["files"]["events.jsonl"]
+    trust = Trust()
+    trust.add(signer.public_raw, "test")
+    assert seal.Checker(trust).stream(stream, stream.read_bytes()).word == seal.VERIFIED
+    assert seal.Checker(trust).folder(run)[0].word == seal.VERIFIED
+    stream.write_bytes(b'{"event": "mission_started"}\n{"event": "mission_failed"}\n')
+    check = seal.Checker(trust).stream(stream, stream.read_bytes())
+    assert check.tampered and "events.jsonl line 2 differs" in (check.problem or "")
+
+
+def test_a_new_seal_names_blake3_digests_and_an_unknown_version_is_refused(
+        tmp_path: Path) -> None:
+    signer = Signer.generate()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "events.jsonl").write_bytes(b'{"event": "mission_started"}\n')
+    seal.seal_run(run, signer, fsync=False)
+    manifest = json.loads((run / "manifest.json").read_text())
+    from blake3 import blake3
+
+    assert manifest["version"] == 2
+    assert manifest["files"]["events.jsonl"]["blake3"] == \
+        blake3((run / "events.jsonl").read_bytes()).hexdigest()
+    text = (run / "manifest.json").read_text().replace('"version": 2', '"version": 3')
+    (run / "manifest.json").write_text(text)
+    trust = Trust()
+    trust.add(signer.public_raw, "test")
+    check, problems = seal.Checker(trust).folder(run)
+    assert check.tampered and "has version 3; this evalkit reads 1 and 2" in problems[0]
