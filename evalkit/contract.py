@@ -228,7 +228,9 @@ EXIT_CONTRACT: tuple[str, ...] = (
     "stderr diagnostics and free-text stream fields are scrubbed of credentials",
     "a write error on the event sink never fails the mission",
     "exit codes: 0 the mission ran (whatever its outcome), 1 no event was written, 2 usage or a "
-    "refusal to start, 3 evalkit's own bug, 4 a configuration fault of the model endpoint",
+    "refusal to start, 3 evalkit's own bug, 4 a configuration fault of the model endpoint, "
+    "5 the run store refused a write (a full disk): the mission ends incomplete with a reason "
+    "beginning 'recording failed:', on the event sink when the store cannot take it",
 )
 
 
