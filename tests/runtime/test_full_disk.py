@@ -104,3 +104,16 @@ def test_evalkit_mission_on_a_full_disk_exits_5_with_one_error_line(tmp_path: Pa
     last: dict[str, Any] = read_jsonl(events)[-1]
     assert last["event"] == "mission_finished" and last["outcome"] == "incomplete"
     assert last["reason"].startswith("recording failed: ")
+
+
+def test_the_taxonomy_files_a_run_the_disk_ended_as_infrastructure(
+        mission: RunMission, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from evalkit.eval.taxonomy import INFRA, categorize
+
+    appends_fill(monkeypatch, "model.jsonl", lines=0)
+    done = mission([answer("x" * 5000)], mcp=False, whole=False)
+    graded = tmp_path / "graded.jsonl"
+    graded.write_text("".join(json.dumps(r) + "\n" for r in done.records), encoding="utf-8")
+    category, infra = categorize({"passed": False, "kpis": {"records": len(done.records)}},
+                                 events=graded)
+    assert category == INFRA and infra == f"recording_failure: {done.records[-1]['reason']}"
