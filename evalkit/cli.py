@@ -12,7 +12,6 @@ import errno
 import importlib
 import io
 import os
-import stat
 import sys
 from typing import Any
 
@@ -68,24 +67,37 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # Before click prints anything, --help and --version included.
+        _stand_in_for_closed_streams()
+        _whole_writes_to_stdout()
+        return super().main(*args, **kwargs)
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        # `evalkit --help > /dev/full` writes here, before any command is invoked.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.exceptions.Exit:
+            _flush_stdout()
+            raise
+        except OSError as exc:
+            raise _output_failed(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         from evalkit.errors import EvalkitError
 
-        _stand_in_for_closed_streams()
-        _whole_writes_to_a_pipe()
         try:
-            return super().invoke(ctx)
-        except BrokenPipeError:
-            # `evalkit sql … | head`: the reader has what it wanted; say nothing more,
-            # and keep Python from failing again flushing the dead pipe at exit.
-            _discard_stdout()
-            ctx.exit(EXIT_PIPE_CLOSED)
+            try:
+                result = super().invoke(ctx)
+            except click.exceptions.Exit:
+                _flush_stdout()
+                raise
+            # What is still buffered fails here, where it can be said, not at exit.
+            _flush_stdout()
+            return result
         except OSError as exc:
-            if exc.errno not in _NO_ROOM:
-                raise _internal(ctx, exc) from None
-            _discard_stdout()
-            click.echo(f"Error: cannot write the output: {exc.strerror}", err=True)
-            ctx.exit(EXIT_USAGE)
+            raise _output_failed(exc) from None
         except EvalkitError as exc:
             click.echo(f"Error: {exc.message}", err=True)
             ctx.exit(exc.exit_code)
@@ -95,10 +107,36 @@ class LazyGroup(click.Group):
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except Exception as exc:  # a bug in evalkit, never the user's input
-            raise _internal(ctx, exc) from None
+            raise _internal(exc) from None
 
 
-def _internal(ctx: click.Context, exc: Exception) -> click.exceptions.Exit:
+def _flush_stdout() -> None:
+    """Flush stdout, so a write the disk refuses fails while it can still be reported."""
+    try:
+        sys.stdout.flush()
+    except ValueError:  # closed under us: nothing more can go there
+        pass
+
+
+def _output_failed(exc: OSError) -> click.exceptions.Exit:
+    """How a command whose output could not be written ends: the surroundings' fault.
+
+    A reader that went away (``| head``) ends it quietly with 141, as SIGPIPE would;
+    a disk that refused the output (full, over quota, past the file size limit) is
+    one sentence and exit 2. Any other OSError is not about the output: a bug.
+    """
+    if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
+        # Keep Python from failing again flushing the dead pipe at exit.
+        _discard_stdout()
+        return click.exceptions.Exit(EXIT_PIPE_CLOSED)
+    if exc.errno not in _NO_ROOM:
+        return _internal(exc)
+    _discard_stdout()
+    click.echo(f"Error: cannot write the output: {exc.strerror}", err=True)
+    return click.exceptions.Exit(EXIT_USAGE)
+
+
+def _internal(exc: Exception) -> click.exceptions.Exit:
     """Exit 3 for a bug in evalkit: one line, the traceback only with EVALKIT_DEBUG."""
     if os.environ.get("EVALKIT_DEBUG"):
         raise exc
@@ -119,10 +157,13 @@ def _stand_in_for_closed_streams() -> None:
 class _WholeWrites(io.RawIOBase):
     """fd 1, where every write is finished or fails.
 
-    CPython's own writer can take a long write into a pipe whose reader left half
-    way as done (the kernel's partial count), so ``evalkit sql … | head`` lost its
-    output and exited 0. Written a pipe's worth at a time, the first write after
-    the reader left fails, and the command ends as a closed pipe should.
+    CPython's unbuffered writer (``PYTHONUNBUFFERED=1``, ``-u``) takes a short
+    write as done: a disk with a little room left takes the first part of the
+    output and the rest is dropped, so ``contract > file`` exited 0 with the file
+    cut short; a long write into a pipe whose reader left half way ends the same
+    way (``evalkit sql … | head`` lost its output and exited 0). Here what the
+    kernel did not take is written again, so the refusal comes as an error, and
+    a pipe's worth at a time, so the first write after a reader left fails.
     """
 
     def __init__(self, fd: int) -> None:
@@ -143,14 +184,16 @@ class _WholeWrites(io.RawIOBase):
         return total
 
 
-def _whole_writes_to_a_pipe() -> None:
-    """Put ``_WholeWrites`` under the process's own stdout when it is a pipe
-    (not under a stdout a caller replaced, such as a test's capture)."""
+def _whole_writes_to_stdout() -> None:
+    """Put ``_WholeWrites`` under the process's own stdout, whatever file it is (not a
+    terminal, whose writes are whole, nor a stdout a caller replaced, such as a
+    test's capture)."""
     if sys.stdout is not sys.__stdout__ or sys.stdout is None:
         return
     try:
-        if not stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode):
+        if sys.stdout.isatty():
             return
+        os.fstat(sys.stdout.fileno())
         sys.stdout.flush()
     except (OSError, ValueError, AttributeError):
         return

@@ -111,6 +111,19 @@ WIRE_FAULTS: dict[str, str] = {
              "arguments): a reply_rejected record, charged to the model",
 }
 
+#: The order records come in. Stated here, checked once: by the scorer's fold
+#: (``evalkit.eval.summary.out_of_order``), which counts a record out of order as one
+#: that does not conform and quotes its line.
+ORDER: tuple[str, ...] = (
+    "the first record is mission_started",
+    "after a mission_finished comes only a new mission_started (two missions appended to "
+    "one file: the later one is read), a step_started carrying resumed (a resume writes no "
+    "mission_started), or the mission_finished of a resume that ended before its first step",
+    "a mission_started in the middle begins a new mission (the one before it was cut off)",
+    "within a mission, step_started indexes increase, across its resumes too (they restart "
+    "only with a new mission_started)",
+)
+
 #: ``model_state.state`` values.
 MODEL_STATES: tuple[str, ...] = ("cold", "queued", "loading", "loaded", "failed", "absent")
 
@@ -228,7 +241,9 @@ EXIT_CONTRACT: tuple[str, ...] = (
     "stderr diagnostics and free-text stream fields are scrubbed of credentials",
     "a write error on the event sink never fails the mission",
     "exit codes: 0 the mission ran (whatever its outcome), 1 no event was written, 2 usage or a "
-    "refusal to start, 3 evalkit's own bug, 4 a configuration fault of the model endpoint",
+    "refusal to start, 3 evalkit's own bug, 4 a configuration fault of the model endpoint, "
+    "5 the run store refused a write (a full disk): the mission ends incomplete with a reason "
+    "beginning 'recording failed:', on the event sink when the store cannot take it",
 )
 
 
@@ -300,6 +315,7 @@ def as_dict() -> dict[str, Any]:
         "outcome_meanings": dict(OUTCOME_MEANINGS),
         "reasons": list(REASONS),
         "wire_faults": dict(WIRE_FAULTS),
+        "order": list(ORDER),
         "model_states": list(MODEL_STATES),
         "check_verdicts": list(CHECK_VERDICTS),
         "profiles": list(PROFILES),

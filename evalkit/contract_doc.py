@@ -38,6 +38,11 @@ def render() -> str:
     out += [f"- `{o}` — {c.OUTCOME_MEANINGS[o]}" for o in c.OUTCOMES]
     out += ["", f"`mission_finished.reason` values with a fixed meaning (never outcomes): "
             f"{_codes(c.REASONS)}.", ""]
+    out += ["## Order (`ORDER`)", "",
+            "Records are read in file order; a record out of this order does not conform "
+            "(the scorer quotes its line):", ""]
+    out += [f"- {rule}" for rule in c.ORDER]
+    out += [""]
     out += ["## Whose fault (`WIRE_FAULTS`)", "",
             "A model call that fails is put in exactly one class, so that an evaluation "
             "charges the model only with what the model did:", ""]

@@ -22,3 +22,10 @@ class EvalkitError(Exception):
     @property
     def message(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class RecordingFailed(EvalkitError):
+    """The run store could not take a write: a full disk, a quota, the file size limit,
+    an I/O error. The surroundings' fault, never evalkit's (exit 3) nor the agent's: a
+    mission ends with it as its reason where the stream can still say so (and
+    ``evalkit mission`` exits 5); elsewhere it is one sentence and exit 2."""

@@ -234,8 +234,10 @@ def test_unreadable_file_is_a_usage_error(tmp_path):
     ("date.yaml", "name: 2024-13-45\n", "is not valid YAML: month must be in 1..12"),
 ])
 def test_unparseable_files_get_one_sentence(tmp_path, name, content, expected):
+    """A file that reads as no suite at all is unreadable input (exit 2, as a missing
+    path is), not a suite with problems (1)."""
     error = refused(write(tmp_path / name, content))
-    assert error.exit_code == 1
+    assert error.exit_code == 2
     assert expected in str(error)
     assert "\n" not in str(error) and "Traceback" not in str(error)
 
@@ -295,8 +297,10 @@ def test_a_large_json_suite_with_a_repeated_key_is_worded_as_a_small_one(tmp_pat
 ])
 def test_document_must_be_a_mapping(tmp_path, content, shape):
     path = write(tmp_path / "s.yaml", content)
-    assert str(refused(path)) == (f"suite {path} must be a mapping of suite fields "
-                                  f"(name, missions, tools, ...); the document is {shape}")
+    error = refused(path)
+    assert str(error) == (f"suite {path} must be a mapping of suite fields "
+                          f"(name, missions, tools, ...); the document is {shape}")
+    assert error.exit_code == 2
 
 
 # -- shape problems, all at once ----------------------------------------------

@@ -92,7 +92,8 @@ def test_grounding_uses_the_last_verdict_record_not_the_interim_one():
 
 
 def test_answer_regexes_search_the_last_answer():
-    records = [*good_run(), answer("later text mentions 7")]
+    *run, end = good_run()  # two answers, in order: the second is the one searched
+    records = [*run, answer("later text mentions 7"), end]
     assert verdict(records, answer_must_match=("7",)).passed
     assert verdict(records, answer_must_not_match=("7",)).reasons == [
         "the answer matches /7/, which this mission forbids"]

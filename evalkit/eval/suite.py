@@ -55,7 +55,14 @@ import yaml
 from evalkit.eval import checks
 from evalkit.eval.mission import CORE_FIELDS, MISSION_FIELDS, REQUIRED_FIELDS, Mission
 from evalkit.eval.suite_text import _FAST_PATH_FROM as _FAST_PATH_FROM  # report.fanout's
-from evalkit.eval.suite_text import SUITE_FILES, SuiteError, large_json, parse, read_text
+from evalkit.eval.suite_text import (
+    SUITE_FILES,
+    UNREADABLE,
+    SuiteError,
+    large_json,
+    parse,
+    read_text,
+)
 from evalkit.eval.suite_text import Tree as _Tree  # suite_pieces builds with it
 from evalkit.eval.suite_text import counted as counted
 from evalkit.eval.suite_text import suite_file as _suite_file
@@ -333,7 +340,8 @@ class _Builder:
         if not isinstance(data, dict):
             shape = "empty" if data is None else f"{_describe(data)}, not a mapping"
             raise SuiteError(f"suite {self.path} must be a mapping of suite fields "
-                             f"(name, missions, tools, ...); the document is {shape}")
+                             f"(name, missions, tools, ...); the document is {shape}",
+                             exit_code=UNREADABLE)
         fields: dict[str, Any] = {}
         extras: dict[str, Any] = {}
         known = [*SUITE_FIELDS, *EXTRA_FIELDS]

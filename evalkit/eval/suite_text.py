@@ -35,6 +35,11 @@ SUITE_FILES: tuple[str, ...] = ("missions.yaml", "missions.yml", "missions.json"
 #: tree is composed only to name the lines of the problems it has.
 _FAST_PATH_FROM = 256 * 1024
 
+#: The exit code of a file that cannot be read as a suite at all (binary, not UTF-8,
+#: not YAML or JSON, a document that is no mapping): unreadable input, as a missing
+#: path is. A suite that reads but is wrong (an unknown field, a bad value) is 1.
+UNREADABLE = 2
+
 
 class SuiteError(EvalkitError):
     """A file that is not a suite; ``problems`` lists every reason, one sentence each."""
@@ -82,12 +87,13 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise SuiteError(f"cannot read suite {path}: {exc.strerror or exc}", exit_code=2) from None
     if b"\0" in raw:
-        raise SuiteError(f"suite {path} is a binary file, not YAML or JSON text")
+        raise SuiteError(f"suite {path} is a binary file, not YAML or JSON text",
+                         exit_code=UNREADABLE)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SuiteError(f"suite {path} is not UTF-8 text "
-                        f"(byte {raw[exc.start]:#04x} at offset {exc.start})") from None
+                        f"(byte {raw[exc.start]:#04x} at offset {exc.start})", exit_code=UNREADABLE) from None
 
 
 @dataclass(frozen=True)
@@ -117,11 +123,13 @@ def parse(path: Path, text: str) -> tuple[Any, Tree]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SuiteError(f"suite {path} is not valid JSON: {exc.msg} "
-                            f"(line {exc.lineno}, column {exc.colno})") from None
+                            f"(line {exc.lineno}, column {exc.colno})", exit_code=UNREADABLE) from None
         except RecursionError:
-            raise SuiteError(f"suite {path} is not valid JSON: it nests too deeply") from None
+            raise SuiteError(f"suite {path} is not valid JSON: it nests too deeply",
+                             exit_code=UNREADABLE) from None
         except ValueError as exc:
-            raise SuiteError(f"suite {path} is not valid JSON: {_reason(exc)}") from None
+            raise SuiteError(f"suite {path} is not valid JSON: {_reason(exc)}",
+                             exit_code=UNREADABLE) from None
         try:  # JSON is (nearly) YAML: borrow its node tree for line numbers, best effort
             return data, compose(text)[1]
         except Exception:
@@ -129,14 +137,16 @@ def parse(path: Path, text: str) -> tuple[Any, Tree]:
     try:
         return compose(text)
     except RecursionError:
-        raise SuiteError(f"suite {path} is not valid YAML: it nests too deeply") from None
+        raise SuiteError(f"suite {path} is not valid YAML: it nests too deeply",
+                         exit_code=UNREADABLE) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise SuiteError(f"suite {path} is not valid YAML: {exc.problem or exc.context}{where}"
-                        ) from None
+        raise SuiteError(f"suite {path} is not valid YAML: {exc.problem or exc.context}{where}",
+                         exit_code=UNREADABLE) from None
     except Exception as exc:  # anything the third-party parser throws is about the file
-        raise SuiteError(f"suite {path} is not valid YAML: {_reason(exc)}") from None
+        raise SuiteError(f"suite {path} is not valid YAML: {_reason(exc)}",
+                         exit_code=UNREADABLE) from None
 
 
 def _reason(exc: Exception) -> str:

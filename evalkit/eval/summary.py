@@ -121,14 +121,27 @@ def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None 
     feed, main_line = watch.feed_parts, signals.main_line
     numbered = zip(records, count(1) if lines is None else lines, strict=False)
     seen = 0
+    # Record order (see ``out_of_order``): the line of the mission_finished that closed
+    # the mission (None while one is open) and the last step index of the mission.
+    closed_at: Any = None
+    last_step: Any = None
     for record, line in numbered:
         seen += 1
         found = conforms(record)
+        event = record.get("event")
+        if seen == 1 or closed_at is not None or event == "step_started":
+            wrong, closed_at, last_step = out_of_order(record, event, seen == 1, closed_at,
+                                                       last_step, line)
+            if wrong is not None:
+                found = [*found, wrong]
+        elif event == "mission_finished":
+            closed_at = line
+        elif event == "mission_started":
+            last_step = None
         if found:
             s.nonconforming += 1
             if len(problems) < PROBLEMS_QUOTED:
                 problems.extend(f"line {line}: {p}" for p in found[: PROBLEMS_QUOTED - len(problems)])
-        event = record.get("event")
         if event == "tool_call":
             tools_called.append(text(record.get("tool")))
             if main_line(record):
@@ -170,6 +183,49 @@ def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None 
     s.gate_tools = tuple(gate_tools)
     s.rejected_tools = tuple(rejected_tools)
     return s
+
+
+#: What may follow a ``mission_finished``: a new mission, or a resume going on (its first
+#: step_started carries ``resumed``; one that ends before its first step writes only its
+#: own mission_finished).
+_AFTER_FINISHED = frozenset({"mission_started", "mission_finished"})
+
+
+def out_of_order(record: Mapping[str, Any], event: Any, first: bool, closed_at: Any,
+                 last_step: Any, line: Any) -> tuple[str | None, Any, Any]:
+    """The record-order rule, the one place it lives (CONTRACT.md, "Order").
+
+    A stream begins with ``mission_started``; after a ``mission_finished`` comes only a
+    new ``mission_started`` (two missions appended: the later one is read), a
+    ``step_started`` carrying ``resumed`` (a resume writes no mission_started) or the
+    ``mission_finished`` of a resume that ended before its first step; a mission's
+    ``step_started`` indexes increase, across its resumes too. Returns the problem (or
+    None) and the order state after this record: (problem, closed_at, last_step).
+    """
+    wrong = None
+    if first and event != "mission_started":
+        wrong = f"the stream begins with {_named(event)}; mission_started comes first"
+    elif closed_at is not None and event not in _AFTER_FINISHED:
+        if event == "step_started" and record.get("resumed"):
+            closed_at = None  # a resume goes on
+        else:
+            wrong = (f"{_named(event)} after the mission_finished of line {closed_at}: only "
+                     "a new mission_started or a resumed step_started may follow it")
+    if event == "mission_started":
+        return wrong, None, None
+    if event == "mission_finished":
+        return wrong, line, last_step
+    if event == "step_started":
+        index = record.get("index")
+        if type(index) in (int, float):
+            if wrong is None and last_step is not None and index <= last_step:
+                wrong = f"step_started index {index} after index {last_step}: steps increase"
+            last_step = index if last_step is None else max(index, last_step)
+    return wrong, closed_at, last_step
+
+
+def _named(event: Any) -> str:
+    return event if isinstance(event, str) else f"a record without an event ({event!r})"
 
 
 def call_text(record: Mapping[str, Any]) -> str:

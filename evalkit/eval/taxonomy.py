@@ -14,7 +14,11 @@ agent, so each non-passing verdict is put in exactly one category:
     ``timeout`` (the harness killed it at ``--timeout``),
     ``zero_events`` (it ran and wrote no record: the run failed before it began),
     ``endpoint_failure`` (the last ``model_state`` is ``failed`` or ``absent`` and
-    no answer follows it: the model never came back).
+    no answer follows it: the model never came back; or the run ended on a fault
+    of the wire, its ``mission_finished.reason`` beginning ``transport fault:`` or
+    ``configuration fault:`` as CONTRACT.md's ``WIRE_FAULTS`` words it),
+    ``recording_failure`` (the run ended because the disk refused its recording:
+    its reason begins ``recording failed:``, CONTRACT.md's exit contract).
 ``missing``
     no stream at all for a declared mission (never run).
 ``fail``
@@ -41,9 +45,14 @@ from evalkit.store.reader import read_events_file
 
 PASS, FAIL, MISSING, INFRA = stats.PASS, stats.FAIL, stats.MISSING, stats.INFRA
 CATEGORIES: tuple[str, ...] = stats.OUTCOME_WORDS
-INFRA_KINDS: tuple[str, ...] = ("tampered", "spawn_failure", "timeout", "zero_events", "endpoint_failure")
+INFRA_KINDS: tuple[str, ...] = ("tampered", "spawn_failure", "timeout", "zero_events", "endpoint_failure",
+                                 "recording_failure")
 
 _DOWN = ("failed", "absent")
+#: How a run ended on a fault of the wire begins its reason (``contract.WIRE_FAULTS``).
+_WIRE_ENDS = ("transport fault: ", "configuration fault: ")
+#: How a run the disk ended begins its reason (``evalkit.runtime.run``, exit 5).
+_DISK_ENDS = "recording failed: "
 
 
 def categorize(verdict: Mapping[str, Any], capture: Mapping[str, Any] | None = None,
@@ -66,9 +75,11 @@ def categorize(verdict: Mapping[str, Any], capture: Mapping[str, Any] | None = N
         exit_code = None if capture is None else capture.get("exit_code")
         said = "" if exit_code is None else f" (exit code {exit_code})"
         return INFRA, f"zero_events: the agent wrote no record{said}"
-    down = endpoint_down(events) if events is not None else None
+    down, unrecorded = _ended_by(events) if events is not None else (None, None)
     if down is not None:
         return INFRA, f"endpoint_failure: {down}"
+    if unrecorded is not None:
+        return INFRA, f"recording_failure: {unrecorded}"
     return FAIL, None
 
 
@@ -76,24 +87,39 @@ def endpoint_down(events: Path) -> str | None:
     """What the endpoint last said when the run ended with it down, else None.
 
     Down = the last ``model_state`` record is ``failed`` or ``absent`` and no
-    ``answer`` record follows it (a failure the loop recovered from is not one).
+    ``answer`` record follows it (a failure the loop recovered from is not one),
+    or the last ``mission_finished`` says the run ended on a fault of the wire: a
+    429 or 503 that never cleared leaves ``queued``/``loading`` as the last state,
+    and was filed as the agent's failure.
     """
+    return _ended_by(events)[0]
+
+
+def _ended_by(events: Path) -> tuple[str | None, str | None]:
+    """(``endpoint_down``'s answer, the reason of a run the disk ended, else None)."""
     try:
         records = read_events_file(events).records
     except EvalkitError:
-        return None
+        return None, None
     last: Mapping[str, Any] | None = None
+    wire_end: str | None = None
+    unrecorded: str | None = None
     for record in records:
         event = record.get("event")
         if event == "model_state":
             last = record if record.get("state") in _DOWN else None
         elif event == "answer":
             last = None
+        elif event == "mission_finished":
+            reason = record.get("reason")
+            said = reason if isinstance(reason, str) else ""
+            wire_end = said if said.startswith(_WIRE_ENDS) else None
+            unrecorded = said if said.startswith(_DISK_ENDS) else None
     if last is None:
-        return None
+        return wire_end, unrecorded
     detail = last.get("detail")
     where = f"{last.get('provider')}/{last.get('model')}"
-    return f"model {where} {last.get('state')}" + (f": {detail}" if detail else "")
+    return f"model {where} {last.get('state')}" + (f": {detail}" if detail else ""), unrecorded
 
 
 def load_capture(folder: Path) -> dict[str, Any] | None:

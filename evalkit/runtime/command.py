@@ -13,7 +13,10 @@ failure for the scorer to count, the stream says it), 1 no event was written,
 2 usage or a refusal to start, 3 the loop itself crashed (a bug in evalkit;
 the stream still closed), 4 the endpoint refused the configuration (401, 403,
 404, 400: a wrong key, model or URL) — the stream closed, and asking again
-with the same flags cannot help, so the operator is told at once.
+with the same flags cannot help, so the operator is told at once; 5 the run
+store refused a write (a full disk): the mission ended there, incomplete with
+a reason beginning 'recording failed:' where the sink could still take it,
+and the recording lacks what came after.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from evalkit.errors import EvalkitError
 from evalkit.runtime.backends import CONFIGURATION
 
 EXIT_RAN, EXIT_NO_EVENTS, EXIT_USAGE, EXIT_CRASHED, EXIT_CONFIGURATION = 0, 1, 2, 3, 4
+EXIT_UNRECORDED = 5
 
 _MEANING = {f["flag"]: f["meaning"] for f in CLI_FLAGS}
 
@@ -113,6 +117,10 @@ def mission_command(ctx: click.Context, objective: tuple[str, ...], **flags: Any
             click.echo(diagnostic(line), file=prose)
     if "CassetteMiss" in (outcome.reason or ""):
         click.echo(diagnostic(f"Error: {outcome.reason}"), err=True)
+    if outcome.unrecorded is not None:
+        click.echo(diagnostic(f"Error: the run could not be recorded whole: "
+                              f"{outcome.unrecorded}"), err=True)
+        ctx.exit(EXIT_UNRECORDED)
     if outcome.fault == CONFIGURATION and not outcome.error:
         click.echo(diagnostic(f"Error: {outcome.reason}"), err=True)
         ctx.exit(EXIT_CONFIGURATION)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from evalkit.contract import SCHEMA_VERSION
+from evalkit.errors import RecordingFailed
 from evalkit.runtime import control as control_words
 from evalkit.runtime import prompts
 from evalkit.runtime.backends import ModelBackend, Reply, ScriptExhausted
@@ -89,6 +90,9 @@ class RunOutcome:
     #: Whose fault ended the run when a model call failed for good: ``transport`` or
     #: ``configuration`` (``evalkit.runtime.backends.FAULTS``); None otherwise.
     fault: str | None = None
+    #: The first write the run store refused (a full disk), in one sentence; None when
+    #: every record reached it. The recording is then incomplete, whatever the outcome.
+    unrecorded: str | None = None
 
 
 class _CallFailed(Exception):
@@ -134,11 +138,13 @@ class _Outlet:
         self.sealed = False
         self._lock = threading.Lock()
 
-    def emit(self, record: dict[str, Any]) -> None:
+    def emit(self, record: dict[str, Any], *, store: bool = True) -> None:
+        """``store=False``: to the sink only, for the last word of a run whose store
+        refused it (the harness still learns how the run ended)."""
         with self._lock:
             if self.sealed:
                 return
-            emitted = self.emitter.emit(record)
+            emitted = self.emitter.emit(record) if store else self.emitter.stream(record)
             self.see(emitted)
             if self.observer is not None:
                 try:
@@ -209,6 +215,7 @@ class Run:
         self._catalogue: list[dict[str, Any]] = []
         self._supervisor, self._grounding = _watchers(self.bounds.supervisor, self.grounding)
         self._stuck = False
+        self._unrecorded: str | None = None
         self._next_step: dict[str, Any] = {}  # fields for the next step_started
         if self.resume is not None:
             self._writer = self.resume.writer
@@ -224,6 +231,9 @@ class Run:
             finish = done
         except (Cancelled, KeyboardInterrupt):
             finish = _Finish("incomplete", reason="cancelled")
+        except RecordingFailed as exc:  # the disk, not the agent nor evalkit
+            self._unrecorded = exc.message
+            finish = _Finish("incomplete", reason=f"recording failed: {exc.message}")
         except Exception as exc:  # a bug in the loop or a part: the run still closes
             error = traceback.format_exc()
             finish = _Finish("incomplete", reason=f"crashed: {type(exc).__name__}: {exc}")
@@ -234,7 +244,8 @@ class Run:
             answer=finish.answer, outcome=finish.outcome,
             run_id=self._writer.run_id if self._writer else None, steps=self._counter.taken,
             usage=self._usage.totals(), reason=finish.reason, budget=finish.budget,
-            elapsed_s=elapsed, records=self._emitter.emitted, error=error, fault=finish.fault)
+            elapsed_s=elapsed, records=self._emitter.emitted, error=error, fault=finish.fault,
+            unrecorded=self._unrecorded)
 
     def _work(self, objective: str) -> None:
         """What runs between ``mission_started`` and the end: the loop (a swarm stages it)."""
@@ -570,6 +581,9 @@ class Run:
                              reason=finish.reason, budget=finish.budget)
             try:
                 self._emit(finished)
+            except RecordingFailed as exc:  # the disk is full: the sink still hears the end
+                self._unrecorded = self._unrecorded or exc.message
+                self._emit(finished, store=False)
             except Exception:  # the store broke: the stream still gets its last word
                 if self.sink is not None:
                     from evalkit.redact import redact_obj
@@ -580,20 +594,27 @@ class Run:
             self._outlet.sealed = True
             self.governor.end()
             if self._writer is not None:
-                try:
-                    extra = self.closing_meta() if self.closing_meta is not None else {}
-                    self._writer.update_meta(outcome=finish.outcome, reason=finish.reason,
-                                             steps=self._counter.taken, elapsed_s=elapsed,
-                                             **extra)
-                finally:
-                    self._writer.close()
+                self._close_writer(finish, elapsed)
         return elapsed
 
-    def _emit(self, record: dict[str, Any]) -> None:
+    def _close_writer(self, finish: _Finish, elapsed: float) -> None:
+        """meta.json's last word and the seal; a disk that refuses them is noted, not raised
+        (the stream is closed already, and the run's own reason says what was lost)."""
+        try:
+            try:
+                extra = self.closing_meta() if self.closing_meta is not None else {}
+                self._writer.update_meta(outcome=finish.outcome, reason=finish.reason,
+                                         steps=self._counter.taken, elapsed_s=elapsed, **extra)
+            finally:
+                self._writer.close()
+        except RecordingFailed as exc:
+            self._unrecorded = self._unrecorded or exc.message
+
+    def _emit(self, record: dict[str, Any], *, store: bool = True) -> None:
         if self.branch is not None:
             record.setdefault("branch", self.branch)
         with self.token.shield():
-            self._outlet.emit(record)
+            self._outlet.emit(record, store=store)
 
     def _names(self) -> list[str]:
         return [tool["name"] for tool in self._catalogue]

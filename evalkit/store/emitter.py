@@ -36,3 +36,12 @@ class Emitter:
                 self.sink.write(scrubbed)
             self.emitted += 1
         return scrubbed
+
+    def stream(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Redact and write to the sink alone: the run store refused this record."""
+        scrubbed: dict[str, Any] = redact_obj(record)
+        with self._lock:
+            if self.sink is not None:
+                self.sink.write(scrubbed)
+            self.emitted += 1
+        return scrubbed

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from evalkit.errors import EvalkitError
+from evalkit.errors import EvalkitError, RecordingFailed
 from evalkit.redact import redact_obj
 from evalkit.store import layout
 from evalkit.store.replace import replace_file
@@ -129,7 +129,7 @@ class _Flusher:
     """A thread that fsyncs the files handed to it, coalescing repeats.
 
     ``settle`` waits until everything handed over so far is on disk and
-    re-raises the first fsync error as an ``EvalkitError``.
+    re-raises the first fsync error as a ``RecordingFailed``.
     """
 
     def __init__(self, name: str) -> None:
@@ -155,7 +155,7 @@ class _Flusher:
                 self._cond.wait()
             error, self._error = self._error, None
         if error is not None:
-            raise EvalkitError(error)
+            raise RecordingFailed(error)
 
     def close(self) -> None:
         try:
@@ -214,7 +214,7 @@ class _AppendFile:
                 os.fsync(self._fd)
         except OSError as exc:
             self._cut_back()
-            raise EvalkitError(
+            raise RecordingFailed(
                 f"cannot record to {self.path}: {exc.strerror or exc}.") from None
         self._size += len(line)
         if self._fsync and self._flusher is not None:
@@ -388,7 +388,7 @@ class RunWriter:
                 replace_file(self.path / layout.META_FILE, encode_line(meta),
                              fsync=self._durable)
             except OSError as exc:
-                raise EvalkitError(
+                raise RecordingFailed(
                     f"cannot write {self.path / layout.META_FILE}: {exc.strerror or exc}."
                 ) from None
             self._meta = meta
@@ -416,7 +416,8 @@ class RunWriter:
         try:
             seal_run(self.path, self._signer, fsync=self._durable)  # type: ignore[arg-type]
         except OSError as exc:
-            raise EvalkitError(f"cannot seal run {self.run_id}: {exc.strerror or exc}.") from None
+            raise RecordingFailed(
+                f"cannot seal run {self.run_id}: {exc.strerror or exc}.") from None
 
     def __enter__(self) -> RunWriter:
         return self

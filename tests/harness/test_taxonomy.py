@@ -51,6 +51,26 @@ def test_an_endpoint_down_at_the_end_is_infra_but_a_recovered_one_is_not(tmp_pat
     assert taxonomy.categorize(FAILED) == ("fail", None)
 
 
+def test_a_run_ended_by_a_wire_that_kept_it_waiting_or_by_the_disk_is_infra(
+        tmp_path: Path) -> None:
+    """A 429 or 503 that never cleared leaves ``queued``/``loading`` as the last state (no
+    ``failed``): it was filed as the agent's failure. The run's own reason says whose it was."""
+    queued = {"event": "model_state", "state": "queued", "provider": "openai", "model": "m",
+              "retry_after_s": 1.0}
+    gave_up = ("transport fault: http://127.0.0.1:9/v1/chat/completions answered HTTP 429; "
+               "gave up after 3 tries")
+    waited = write_stream(tmp_path / "429.jsonl", [started(), step(0), queued, queued,
+                                                   finished("incomplete", 1, reason=gave_up)])
+    assert taxonomy.categorize(FAILED, None, waited) == ("infra", f"endpoint_failure: {gave_up}")
+    full = "recording failed: cannot record to /r/events.jsonl: No space left on device."
+    disk = write_stream(tmp_path / "disk.jsonl", [started(), step(0),
+                                                  finished("incomplete", 1, reason=full)])
+    assert taxonomy.categorize(FAILED, None, disk) == ("infra", f"recording_failure: {full}")
+    told = write_stream(tmp_path / "agent.jsonl", [started(), step(0),
+                                                   finished("incomplete", 1, reason="stuck")])
+    assert taxonomy.categorize(FAILED, None, told) == ("fail", None)
+
+
 def test_annotate_reads_command_json_offline_and_adds_fields_without_renaming(
         tmp_path: Path) -> None:
     suite = load_suite(foreign_suite(tmp_path / "s.yaml", train=5, test=3))

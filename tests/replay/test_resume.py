@@ -13,6 +13,7 @@ import pytest
 
 from evalkit.contract import conforms
 from evalkit.errors import EvalkitError
+from evalkit.eval.summary import summarize
 from evalkit.runtime.mission import MissionSettings
 from evalkit.runtime.resume import rebuild
 from evalkit.store.runstore import RunWriter
@@ -66,6 +67,8 @@ def test_an_incomplete_run_is_continued_in_place(lab: Lab) -> None:
     assert records[-1]["usage"]["calls"] == 4
     meta = resumed.meta
     assert meta["outcome"] == "answered" and meta["resumes"][0]["steps_replayed"] == 3
+    # in order as the scorer reads it: no second mission_started, the resumed step goes on
+    assert summarize(records).problems == ()
 
 
 def test_the_step_ceiling_counts_the_whole_run(lab: Lab) -> None:
@@ -75,6 +78,16 @@ def test_the_step_ceiling_counts_the_whole_run(lab: Lab) -> None:
     finished = resumed.records[-1]
     assert finished["outcome"] == "budget_exhausted"
     assert finished["budget"] == {"which": "steps", "limit": 4, "spent": 4}
+
+
+def test_a_resume_that_ends_before_its_first_step_is_still_in_order(lab: Lab) -> None:
+    """Its only record is its own mission_finished, right after the first stretch's."""
+    first = _unfinished(lab)
+    resumed = _resume(lab, first.launched.outcome.run_id, [answer("never asked")], steps=3)
+    events = [r["event"] for r in resumed.records]
+    assert events[-2:] == ["mission_finished", "mission_finished"]
+    assert resumed.records[-1]["outcome"] == "budget_exhausted"
+    assert summarize(resumed.records).problems == ()
 
 
 @pytest.mark.parametrize("word", ["answered", "budget_exhausted"])

@@ -75,7 +75,8 @@ def mission(tmp_path: Path) -> RunMission:
     def run(script: list[Any] | ModelBackend, *, objective: str = "do the thing",
             protocol: str = "json", bounds: Bounds | None = None, mcp: bool = True,
             record: bool = True, root: Path | None = None,
-            cancel_token: CancelToken | None = None, profile: str | None = None) -> Mission:
+            cancel_token: CancelToken | None = None, profile: str | None = None,
+            whole: bool = True) -> Mission:
         n = next(counter)
         if isinstance(script, list):
             path = tmp_path / f"script{n}.yaml"
@@ -95,7 +96,8 @@ def mission(tmp_path: Path) -> RunMission:
                           cancel_token=cancel_token).run(objective)
         run_dir = store.path_of(outcome.run_id) if store and outcome.run_id else None
         done = Mission(outcome, read_jsonl(events), run_dir)
-        check_recording(done)
+        if whole:  # False: the recording is known to be short (the disk refused it)
+            check_recording(done)
         return done
 
     return run

@@ -127,3 +127,100 @@ def test_a_bound_that_is_not_positive_is_a_usage_error(tmp_path: Path, flag: str
     done, _ = run_mission(tmp_path, "http://127.0.0.1:9/v1", flag, value)
     assert done.returncode == 2
     assert done.stderr.strip() == f"Error: {flag} must be more than 0 seconds"
+
+
+# -- every chaos mode to the end, as an operator sees it ------------------------------------------
+#
+# Each mode never clears: the run ends on it, as it would against an endpoint that stays
+# sick. ``--mission-seconds 3`` bounds the retries (the backoff's next wait would overrun
+# it), so a case takes about two seconds. The body llmock cannot send (HTML with status
+# 200, JSON that is no chat completion) comes from this folder's raw-bytes server.
+
+HTML = b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>proxy</body></html>"
+
+
+def _sick(llmock: Any, mode: str) -> None:
+    llmock.reply(ANSWER, times=None)
+    if mode == "truncate":
+        llmock.truncate(after_chunks=2, times=None)
+    elif mode == "malformed":
+        llmock.corrupt(after_chunks=1, times=None)
+    elif mode == "429":
+        llmock.rate_limit(times=None, retry_after=0.4)
+    elif mode in ("500", "503"):
+        llmock.fail(int(mode), times=None)
+    elif mode == "stall":
+        llmock.stall(after_chunks=1, seconds=30, times=None)
+
+
+@pytest.mark.parametrize(("mode", "said"), [
+    ("truncate", "ended its stream before a finish reason"),
+    ("malformed", "streamed a chunk that is not JSON"),
+    ("429", "HTTP 429"),
+    ("500", "HTTP 500"),
+    ("503", "HTTP 503"),
+    ("stall", "no byte for 0.5 s (--stream-idle-timeout)"),
+    ("html", "with a body that is not JSON (text/html"),
+    ("no-choices", "with JSON that is not a chat completion (no choices"),
+])
+def test_a_transport_fault_that_never_clears_is_infrastructure_and_exit_0(
+        llmock: Any, tmp_path: Path, mode: str, said: str) -> None:
+    """Exit 0: the mission ran (CONTRACT.md's exit contract); the stream says the wire
+    failed, and the scorer's taxonomy files the run as infrastructure, not the agent's."""
+    from evalkit.eval.taxonomy import INFRA, categorize
+    from tests.runtime.chat_server import ChatServer
+
+    with ChatServer() as server:
+        if mode in ("html", "no-choices"):
+            body = HTML if mode == "html" else b'{"object": "error", "detail": "warming up"}'
+            kind = "text/html; charset=utf-8" if mode == "html" else "application/json"
+            for _ in range(6):
+                server.raw(body, content_type=kind)
+            url = server.base_url
+        else:
+            _sick(llmock, mode)
+            url = llmock.base_url()
+        started = time.monotonic()
+        done, records = run_mission(tmp_path, url, "--mission-seconds", "3",
+                                    "--stream-idle-timeout", "0.5")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert time.monotonic() - started < 20
+    finished = records[-1]
+    assert finished["event"] == "mission_finished" and finished["outcome"] == "incomplete"
+    reason = finished["reason"]
+    assert reason.startswith(f"transport fault: {url}/chat/completions"), reason
+    assert said in reason and "gave up after" in reason
+    assert finished["usage"]["calls"] == 0  # nothing was charged as a reply
+    assert not [r for r in records if r["event"] in ("reply_rejected", "tool_call")]
+    waits = [r for r in records if r["event"] == "model_state"]
+    assert len(waits) >= 2 and said in waits[0]["detail"]  # retried before giving up
+    if mode == "429":
+        assert waits[0]["state"] == "queued" and waits[0]["retry_after_s"] >= 0.4
+    [run] = list((tmp_path / "runs").iterdir())
+    category, infra = categorize({"passed": False, "kpis": {"records": len(records)}},
+                                 events=run / "events.jsonl")
+    assert category == INFRA and infra is not None and infra.startswith("endpoint_failure: ")
+    no_key_in(tmp_path, done)
+
+
+@pytest.mark.parametrize("kind", ["unknown_tool", "malformed_arguments"])
+def test_a_complete_reply_that_breaks_the_protocol_is_the_model_s(llmock: Any, tmp_path: Path,
+                                                                  kind: str) -> None:
+    """llmock's broken tool calls arrive whole: the third class of WIRE_FAULTS, charged to
+    the model as reply_rejected, never retried as the wire's and never infrastructure."""
+    from evalkit.eval.taxonomy import FAIL, categorize
+
+    llmock.call_tool("fs", {"action": "list"}, times=None).break_tool_call(kind, times=None)
+    done, records = run_mission(tmp_path, llmock.base_url(), "--protocol", "native",
+                                "--mission-steps", "1", "--no-supervisor")
+    assert done.returncode == 0, done.stderr
+    rejected = [r for r in records if r["event"] == "reply_rejected"]
+    assert rejected and not [r for r in records if r["event"] == "tool_call"]
+    assert records[-1]["outcome"] == "budget_exhausted"
+    assert not [r for r in records if r["event"] == "model_state" and r["state"] == "failed"]
+    assert len(llmock.requests) == 1  # a model's reply is not asked again as a wire fault
+    [run] = list((tmp_path / "runs").iterdir())
+    assert categorize({"passed": False, "kpis": {"records": len(records)}},
+                      events=run / "events.jsonl") == (FAIL, None)
+    no_key_in(tmp_path, done)
