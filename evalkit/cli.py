@@ -21,7 +21,6 @@ from evalkit import __version__
 
 EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 #: What a program killed by SIGPIPE exits with: the reader of its output went away.
-EXIT_PIPE_CLOSED = 128 + 13
 #: Writing failed because the disk, not evalkit, gave out.
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -119,20 +118,20 @@ def _flush_stdout() -> None:
 
 
 def _output_failed(exc: OSError) -> click.exceptions.Exit:
-    """How a command whose output could not be written ends: the surroundings' fault.
-
-    A reader that went away (``| head``) ends it quietly with 141, as SIGPIPE would;
-    a disk that refused the output (full, over quota, past the file size limit) is
-    one sentence and exit 2. Any other OSError is not about the output: a bug.
+    """How a command whose output could not be written ends: the surroundings' fault,
+    one sentence and exit 2 — a reader that went away (``| head``) as much as a disk that
+    refused the output (full, over quota, past the file size limit), so a pipeline never
+    mistakes a cut answer for a whole one. Any other OSError is not about the output: a bug.
     """
     if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
-        # Keep Python from failing again flushing the dead pipe at exit.
-        _discard_stdout()
-        return click.exceptions.Exit(EXIT_PIPE_CLOSED)
-    if exc.errno not in _NO_ROOM:
+        why = "the reader closed the pipe before the output ended"
+    elif exc.errno in _NO_ROOM:
+        why = str(exc.strerror)
+    else:
         return _internal(exc)
+    # Keep Python from failing again flushing the dead output at exit.
     _discard_stdout()
-    click.echo(f"Error: cannot write the output: {exc.strerror}", err=True)
+    click.echo(f"Error: cannot write the output: {why}", err=True)
     return click.exceptions.Exit(EXIT_USAGE)
 
 

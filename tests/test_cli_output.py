@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from evalkit.cli import EXIT_PIPE_CLOSED, EXIT_USAGE
+from evalkit.cli import EXIT_USAGE
 
 ROOT = Path(__file__).parent.parent
 GOOD_SUITE = Path(__file__).parent / "data" / "suites" / "good.yaml"
@@ -71,9 +71,9 @@ def test_a_disk_that_takes_part_of_the_output_is_no_success(tmp_path: Path, args
 
 @pytest.mark.parametrize("flag", ["", "1"], ids=["buffered", "unbuffered"])
 @pytest.mark.parametrize("args", [["contract"], ["--help"]], ids=" ".join)
-def test_a_reader_that_went_away_ends_it_quietly(args: list[str], flag: str) -> None:
-    """``--help`` is printed by click before any command runs; click's own answer to a
-    closed pipe there was exit 1."""
+def test_a_reader_that_went_away_is_one_sentence_and_exit_2(args: list[str], flag: str) -> None:
+    """Issue 31: a closed pipe is a write error like a full disk. ``--help`` is printed by
+    click before any command runs; click's own answer to a closed pipe there was exit 1."""
     read, write = os.pipe()
     os.close(read)  # `| head -c 0`: gone before the first byte
     try:
@@ -81,11 +81,12 @@ def test_a_reader_that_went_away_ends_it_quietly(args: list[str], flag: str) -> 
                               text=True, env=unbuffered(flag))
     finally:
         os.close(write)
-    assert done.returncode == EXIT_PIPE_CLOSED
-    assert done.stderr == ""
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr == ("Error: cannot write the output: the reader closed the pipe "
+                           "before the output ended\n")
 
 
-def test_a_reader_that_leaves_half_way_through_a_long_output_ends_it_quietly(
+def test_a_reader_that_leaves_half_way_through_a_long_output_is_exit_2(
         tmp_path: Path) -> None:
     """``evalkit sql … | head``: the reader leaves while a write far longer than a pipe
     holds is under way. CPython reports such a write done (the part that got through),
@@ -103,8 +104,8 @@ def test_a_reader_that_leaves_half_way_through_a_long_output_ends_it_quietly(
     assert reading.stdout is not None and reading.stderr is not None
     assert reading.stdout.read(100) == whole.stdout[:100]
     reading.stdout.close()  # `| head -c 100`
-    assert reading.wait(60) == EXIT_PIPE_CLOSED
-    assert reading.stderr.read() == b""
+    assert reading.wait(60) == EXIT_USAGE
+    assert reading.stderr.read().decode().startswith("Error: cannot write the output: the reader")
 
 
 @pytest.mark.parametrize("unbuffered", ["", "1"])
