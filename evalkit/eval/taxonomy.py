@@ -14,9 +14,12 @@ agent, so each non-passing verdict is put in exactly one category:
     ``timeout`` (the harness killed it at ``--timeout``),
     ``zero_events`` (it ran and wrote no record: the run failed before it began),
     ``endpoint_failure`` (the last ``model_state`` is ``failed`` or ``absent`` and
-    no answer follows it: the model never came back; or the run ended on a fault
-    of the wire, its ``mission_finished.reason`` beginning ``transport fault:`` or
-    ``configuration fault:`` as CONTRACT.md's ``WIRE_FAULTS`` words it),
+    no answer follows it: the model never came back; or the run ended on a transport
+    fault of the wire, its ``mission_finished.reason`` beginning ``transport fault:``
+    as CONTRACT.md's ``WIRE_FAULTS`` words it),
+    ``configuration_fault`` (the endpoint refused what it was asked — 400, 401, 403,
+    404 — its reason beginning ``configuration fault:``: the setup's to fix, not the
+    wire's and not the agent's),
     ``recording_failure`` (the run ended because the disk refused its recording:
     its reason begins ``recording failed:``, CONTRACT.md's exit contract).
 ``missing``
@@ -45,12 +48,13 @@ from evalkit.store.reader import read_events_file
 
 PASS, FAIL, MISSING, INFRA = stats.PASS, stats.FAIL, stats.MISSING, stats.INFRA
 CATEGORIES: tuple[str, ...] = stats.OUTCOME_WORDS
-INFRA_KINDS: tuple[str, ...] = ("tampered", "spawn_failure", "timeout", "zero_events", "endpoint_failure",
-                                 "recording_failure")
+INFRA_KINDS: tuple[str, ...] = ("tampered", "spawn_failure", "timeout", "zero_events",
+                                 "endpoint_failure", "configuration_fault", "recording_failure")
 
 _DOWN = ("failed", "absent")
 #: How a run ended on a fault of the wire begins its reason (``contract.WIRE_FAULTS``).
-_WIRE_ENDS = ("transport fault: ", "configuration fault: ")
+_TRANSPORT_ENDS = "transport fault: "
+_CONFIGURATION_ENDS = "configuration fault: "
 #: How a run the disk ended begins its reason (``evalkit.runtime.run``, exit 5).
 _DISK_ENDS = "recording failed: "
 
@@ -76,6 +80,8 @@ def categorize(verdict: Mapping[str, Any], capture: Mapping[str, Any] | None = N
         said = "" if exit_code is None else f" (exit code {exit_code})"
         return INFRA, f"zero_events: the agent wrote no record{said}"
     down, unrecorded = _ended_by(events) if events is not None else (None, None)
+    if down is not None and down.startswith(_CONFIGURATION_ENDS):
+        return INFRA, f"configuration_fault: {down.removeprefix(_CONFIGURATION_ENDS)}"
     if down is not None:
         return INFRA, f"endpoint_failure: {down}"
     if unrecorded is not None:
@@ -113,10 +119,10 @@ def _ended_by(events: Path) -> tuple[str | None, str | None]:
         elif event == "mission_finished":
             reason = record.get("reason")
             said = reason if isinstance(reason, str) else ""
-            wire_end = said if said.startswith(_WIRE_ENDS) else None
+            wire_end = said if said.startswith((_TRANSPORT_ENDS, _CONFIGURATION_ENDS)) else None
             unrecorded = said if said.startswith(_DISK_ENDS) else None
-    if last is None:
-        return wire_end, unrecorded
+    if last is None or (wire_end or "").startswith(_CONFIGURATION_ENDS):
+        return wire_end, unrecorded  # a refusal is the setup's, whatever state came before
     detail = last.get("detail")
     where = f"{last.get('provider')}/{last.get('model')}"
     return f"model {where} {last.get('state')}" + (f": {detail}" if detail else ""), unrecorded

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from evalkit.eval.taxonomy import INFRA, categorize
 from evalkit.runtime.command import EXIT_CONFIGURATION
 from tests.runtime.conftest import read_jsonl
 from tests.runtime.test_mission_cli import clean_env, evalkit
@@ -63,6 +64,11 @@ def test_a_configuration_fault_is_one_error_line_and_exit_4(llmock: Any, tmp_pat
     assert time.monotonic() - started < 20
     assert records[-1]["event"] == "mission_finished" and records[-1]["outcome"] == "incomplete"
     assert records[-1]["reason"].startswith("configuration fault: ")
+    [run] = list((tmp_path / "runs").iterdir())
+    category, infra = categorize({"passed": False, "kpis": {"records": len(records)}},
+                                 events=run / "events.jsonl")
+    assert category == INFRA and infra is not None  # the setup's to fix, not the agent's
+    assert infra.startswith(f"configuration_fault: {llmock.base_url()}/chat/completions")
     no_key_in(tmp_path, done)
 
 
@@ -167,7 +173,6 @@ def test_a_transport_fault_that_never_clears_is_infrastructure_and_exit_0(
         llmock: Any, tmp_path: Path, mode: str, said: str) -> None:
     """Exit 0: the mission ran (CONTRACT.md's exit contract); the stream says the wire
     failed, and the scorer's taxonomy files the run as infrastructure, not the agent's."""
-    from evalkit.eval.taxonomy import INFRA, categorize
     from tests.runtime.chat_server import ChatServer
 
     with ChatServer() as server:
