@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit.contract import PROFILES, SANDBOXES
 from evalkit.errors import EvalkitError
@@ -22,6 +22,9 @@ from evalkit.runtime.cancel import Cancelled, CancelToken, sigterm_cancels
 from evalkit.runtime.control import ControlChannel
 from evalkit.runtime.governance import DEFAULT_PROFILE, AuditLog, Governor, audit_root
 from evalkit.runtime.run import Bounds, Observer, Run, RunOutcome
+
+if TYPE_CHECKING:
+    from evalkit.runtime.governance.skills import Manifest
 
 
 @dataclass
@@ -243,7 +246,7 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     plane = door.plane(results) if door.plane is not None else ToolPlane(
         root=settings.root, results=results, builtins=builtins_for(manifest),
         mcp_stdio=list(settings.mcp_stdio), sandbox=sandbox,
-        mcp_scopes=_declarations(settings, manifest), **_mcp_options(settings, env))
+        mcp_scopes=_declarations(settings, manifest), **_mcp_options(settings, manifest, env))
     token = CancelToken()
     sink: EventSink | None = None
     control: ControlChannel | None = None
@@ -296,8 +299,10 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
                     notes=door.closing() if door.closing is not None else {})
 
 
-def _mcp_options(settings: MissionSettings, env: Mapping[str, str]) -> dict[str, Any]:
-    """The MCP servers' timeouts and the variables ``--mcp-env`` passes them.
+def _mcp_options(settings: MissionSettings, manifest: Manifest | None,
+                 env: Mapping[str, str]) -> dict[str, Any]:
+    """The MCP servers' timeouts and the variables passed them: a skill's ``mcp_env``,
+    then ``--mcp-env`` (the operator's word last, so it wins on a name both give).
 
     A ``--mcp-env NAME`` that is not set here is passed as nothing rather than
     refused: a server that reads it optionally behaves as it would anywhere
@@ -309,7 +314,7 @@ def _mcp_options(settings: MissionSettings, env: Mapping[str, str]) -> dict[str,
     if settings.mcp_call_timeout is not None:
         options["mcp_call_timeout_s"] = settings.mcp_call_timeout
     passed: dict[str, str] = {}
-    for item in settings.mcp_env:
+    for item in (*(manifest.mcp_env if manifest is not None else ()), *settings.mcp_env):
         name, eq, value = item.partition("=")
         if eq:
             passed[name] = value

@@ -92,3 +92,33 @@ def test_an_mcp_env_name_that_is_no_name_is_a_usage_error(tmp_path: Path) -> Non
     assert done.stderr.strip() == ("Error: --mcp-env '=oops': give NAME or NAME=VALUE, NAME an "
                                    "environment variable name")
     assert json.dumps(done.stderr).count("Error") == 1
+
+
+def test_a_skill_names_variables_too_and_the_flag_wins(tmp_path: Path) -> None:
+    """A skill's ``mcp_env:`` passes what its servers need (a timezone, a locale) without
+    the operator naming it on every command; ``--mcp-env`` has the last word."""
+    server = tmp_path / "env_server.py"
+    server.write_text(ENV_SERVER, encoding="utf-8")
+    skill = tmp_path / "SKILL.md"
+    skill.write_text("---\nname: envy\ndescription: reads the environment\n"
+                     "mcp_env: [TZ, WIRE_GIVEN=from-the-skill, WIRE_BOTH=skill]\n---\nLook.\n",
+                     encoding="utf-8")
+    names = ["TZ", "WIRE_GIVEN", "WIRE_BOTH", "LANG"]
+    script = [call("mcp.env", name=n) for n in names] + ['{"answer": "seen"}']
+    done, records = mission(
+        tmp_path, script, "--mcp-stdio", f"{sys.executable} {server}", "--skill", str(skill),
+        "--mcp-env", "WIRE_BOTH=flag", "--profile", "dev", TZ="Asia/Tokyo", LANG="C.UTF-8")
+    assert done.returncode == 0, done.stderr
+    seen = outputs(records)
+    assert seen["TZ"] == "Asia/Tokyo" and seen["WIRE_GIVEN"] == "from-the-skill"
+    assert seen["WIRE_BOTH"] == "flag" and seen["LANG"] == "<unset>"
+
+
+def test_a_skill_mcp_env_that_is_not_a_list_of_names_is_one_sentence(tmp_path: Path) -> None:
+    skill = tmp_path / "SKILL.md"
+    skill.write_text("---\nname: envy\ndescription: d\nmcp_env: TZ\n---\nLook.\n",
+                     encoding="utf-8")
+    done, _ = mission(tmp_path, ['{"answer": "x"}'], "--skill", str(skill))
+    assert done.returncode == 2, done.stderr
+    assert "'mcp_env' must be a list of NAME or NAME=VALUE" in done.stderr
+    assert "Traceback" not in done.stderr

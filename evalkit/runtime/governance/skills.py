@@ -32,7 +32,7 @@ MANIFEST_FILE = "SKILL.md"
 #: accepted (and not interpreted) so manifests written in the common SKILL.md
 #: shape load; everything else is refused.
 KEYS: tuple[str, ...] = ("name", "description", "allowed_tools", "sandbox", "grounding",
-                         "mcp_scopes", "license", "metadata")
+                         "mcp_scopes", "mcp_env", "license", "metadata")
 
 #: The grounding grammar's keys (validated in depth by the grounding checker).
 GROUNDING_KEYS: tuple[str, ...] = ("identifier_pattern", "number_pattern", "ignore",
@@ -60,6 +60,8 @@ class Manifest:
     body: str = ""
     #: Scopes declared for every tool of an MCP server, by server (see ``mcpscopes``).
     mcp_scopes: Mapping[str, tuple[str, ...]] | None = None
+    #: Variables the MCP servers are given, as ``--mcp-env`` takes them (NAME or NAME=VALUE).
+    mcp_env: tuple[str, ...] = ()
     path: Path | None = None
     license: str | None = None
     metadata: Mapping[str, Any] | None = None
@@ -155,9 +157,15 @@ def _build(data: dict[Any, Any], body: str, path: Path | None) -> Manifest:
     mcp_scopes = data.get("mcp_scopes")
     if mcp_scopes is not None:
         mcp_scopes = check_manifest_block(mcp_scopes, where)
+    mcp_env = data.get("mcp_env") or []
+    if not isinstance(mcp_env, list) or not all(
+            isinstance(v, str) and v.partition("=")[0].strip() for v in mcp_env):
+        raise EvalkitError(f"{where}: 'mcp_env' must be a list of NAME or NAME=VALUE, "
+                           "e.g. mcp_env: [TZ, LANG=C.UTF-8]")
     return Manifest(name=name.strip(), description=description, allowed_tools=tools,
                     sandbox=sandbox, grounding=grounding, body=body, path=path,
-                    license=license_, metadata=metadata, mcp_scopes=mcp_scopes)
+                    license=license_, metadata=metadata, mcp_scopes=mcp_scopes,
+                    mcp_env=tuple(mcp_env))
 
 
 def check_grounding(block: Any, where: str = "skill manifest") -> dict[str, Any]:
@@ -214,7 +222,8 @@ def compose(manifests: Sequence[Manifest]) -> Manifest | None:
     return Manifest(name=primary.name, description=primary.description, allowed_tools=tools,
                     sandbox=sandbox, grounding=grounding, body=primary.body, path=primary.path,
                     license=primary.license, metadata=primary.metadata,
-                    mcp_scopes=merge_manifests(parts), sources=tuple(parts))
+                    mcp_scopes=merge_manifests(parts),
+                    mcp_env=tuple(v for p in parts for v in p.mcp_env), sources=tuple(parts))
 
 
 def load_all(paths: Iterable[str | Path]) -> Manifest | None:
