@@ -256,7 +256,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                   warn: Callable[[str], None] = lambda _: None,
                   secrets: Sequence[str] = ()) -> MeasureResult:
     """Run the matrix, score every rep, write ``matrix.json`` and ``matrix.md``."""
-    suite = gate(suite_path)
+    suite = gate(suite_path, strict=True)  # a comparison needs a held-out half
     if repeat < 1:
         raise EvalkitError(f"--repeat must be 1 or more, not {repeat}")
     if timeout_s <= 0:
@@ -488,7 +488,7 @@ def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter) -> Measur
         raise EvalkitError(f"no matrix to rescore at {path}: {exc}") from None
     if matrix.get("format") != MATRIX_FORMAT:
         raise EvalkitError(f"{path} is not an evalkit matrix")
-    suite = gradeable(suite_path, refusing="nothing rescored")
+    suite = gradeable(suite_path, refusing="nothing rescored", strict=True)
     provenance = dict(matrix["provenance"])
     provenance["rescored"] = now()
     result = assemble(suite, out, provenance, matrix["rows"], provenance.get("split", "all"), write)

@@ -738,9 +738,9 @@ def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path
 # -- provenance and the gate ------------------------------------------------------------------
 
 
-def gate(suite_path: str | Path) -> Suite:
+def gate(suite_path: str | Path, *, strict: bool = False) -> Suite:
     """Load and check; an ungradeable suite is refused before a model is spent (exit 1)."""
-    return gradeable(suite_path, refusing="refusing to spend a model on it")
+    return gradeable(suite_path, refusing="refusing to spend a model on it", strict=strict)
 
 
 def fresh_folder(out: Path) -> Path:

@@ -21,7 +21,7 @@ from evalkit.redact import redact, redact_obj
 from evalkit.report import charts
 from evalkit.report.folders import TEXT_DEPTH, Scoring
 from evalkit.report.kpis import category, halves
-from evalkit.report.markdown import write_file
+from evalkit.report.markdown import too_small, write_file
 from evalkit.report.transcript import Limits, Transcript, transcript
 from evalkit.store.layout import as_text
 
@@ -142,7 +142,8 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
                      key=lambda c: str(c.get("date") or ""), reverse=True)
     return environment().get_template("report.html.j2").render(
         scoring=scoring, halves=parts, suite=suite, suite_note=suite_note,
-        limits=limits, rubric_changes=changes[:RUBRIC_CHANGES_SHOWN], rubric_total=len(changes),
+        limits=limits, small=next((too_small(r.report) for c in scoring.ran for r in c.reps), None),
+        rubric_changes=changes[:RUBRIC_CHANGES_SHOWN], rubric_total=len(changes),
         newest={c.get("key"): c for c in reversed(changes)},
         rows=[c for c in scoring.configurations if c.question or c.delta or c.status != "ran"],
     )

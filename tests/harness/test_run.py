@@ -168,7 +168,7 @@ def test_an_agent_that_cannot_be_started_is_an_infra_error(suite: Path, tmp_path
 
 
 def test_an_ungradeable_suite_is_refused_before_anything_is_spawned(tmp_path: Path) -> None:
-    suite = foreign_suite(tmp_path / "thin.yaml", train=5, test=1)
+    suite = foreign_suite(tmp_path / "thin.yaml", train=8, test=1)  # 8+: the split is a rule
     out = tmp_path / "out"
     result = invoke("run", "--suite", suite, "--out", out, "--", *FOREIGN)
     assert result.exit_code == 1
