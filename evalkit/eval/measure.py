@@ -254,7 +254,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                   variant: str | None = None, executor: str = "local",
                   ray_address: str | None = None, progress: bool = True,
                   warn: Callable[[str], None] = lambda _: None,
-                  secrets: Sequence[str] = ()) -> MeasureResult:
+                  secrets: Sequence[str] = (), overwrite: bool = False) -> MeasureResult:
     """Run the matrix, score every rep, write ``matrix.json`` and ``matrix.md``."""
     suite = gate(suite_path, strict=True)  # a comparison needs a held-out half
     if repeat < 1:
@@ -267,7 +267,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     agent = agent_for(suite, spawn, variant, secrets)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
-    out = fresh_folder(out)
+    out = fresh_folder(out, overwrite)
     plans = _plan_rows(suite, rows, agent, out, spawn)
     said: set[str] = set()
     env: dict[str, str] = {}  # what the suite's server (if any) adds to every agent's
