@@ -32,7 +32,8 @@ def refuse_if_nothing_ran(out: Path) -> None:
         return
     tries, causes = found
     click.echo(f"Error: every one of the {tries} tries was an infrastructure failure, so "
-               f"nothing was measured; first causes: {' | '.join(causes)}", err=True)
+               f"nothing was measured; first causes: {' | '.join(causes)} "
+               "(`evalkit doctor` says what this machine lacks)", err=True)
     sys.exit(1)
 
 

@@ -148,7 +148,9 @@ def test_every_infra_error_is_told_apart_from_a_failure(tmp_path: Path) -> None:
     verdicts = {v["key"]: v for v in read_json(out / "report.json")["verdicts"]}
     assert verdicts["t0"]["category"] == "pass"
     assert verdicts["t1"]["category"] == "infra"
-    assert verdicts["t1"]["infra"] == "zero_events: the agent wrote no record (exit code 1)"
+    # The kind, then the cause an operator can act on: the agent's last line on stderr.
+    assert verdicts["t1"]["infra"] == ("zero_events: the agent wrote no record (exit code 1); "
+                                       "the agent's last words on stderr: nothing to say")
     assert verdicts["t2"]["category"] == "infra"
     assert verdicts["t2"]["infra"] == "endpoint_failure: model foreign/m failed: HTTP 500: boom"
     cats = read_json(out / "report.json")["halves"]["train"]["categories"]
