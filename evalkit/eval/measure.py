@@ -24,7 +24,6 @@ the statistics (all computed by ``evalkit.eval.stats``).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from evalkit.eval.runner import (
     Progress,
     ReportWriter,
     agent_for,
+    agent_identity,
     check_executor,
     commit,
     execute,
@@ -62,7 +62,6 @@ from evalkit.eval.runner import (
     refusal,
     score_folder,
     spawn_skill,
-    strip_url,
 )
 from evalkit.eval.score import missions_in
 from evalkit.eval.suite import SPLITS, Mission, Suite
@@ -401,18 +400,13 @@ def _spawn_value(spawn: Sequence[str], flag: str) -> str | None:
 def _provenance(suite: Suite, agent: Agent, spawn: Sequence[str] | None, **settings: Any
                 ) -> dict[str, Any]:
     line = list(spawn or ())
-    if agent.builtin:
-        provider, model, endpoint = "scripted", f"agents:{settings['variant'] or 'good'}", None
-    else:
-        provider = _spawn_value(line, "--provider") or os.environ.get("EVALKIT_PROVIDER")
-        model = _spawn_value(line, "--model") or os.environ.get("EVALKIT_MODEL")
-        endpoint = _spawn_value(line, "--api-base") or os.environ.get("EVALKIT_API_BASE")
+    provider, model, endpoint = agent_identity(agent, spawn, settings["variant"])
     steps = _spawn_value(line, "--mission-steps")
     seconds = _spawn_value(line, "--mission-seconds")
     return {
         "suite": suite.name, "suite_path": str(suite.path), "commit": commit(), "date": now(),
         "evalkit": __version__, "provider": provider, "model": model,
-        "endpoint": strip_url(endpoint) if endpoint else None,
+        "endpoint": endpoint,
         "spawn": agent.describe(), "agent": (settings["variant"] or "good")
         if agent.builtin else None,
         "repeat": settings["repeat"], "split": settings["split"],

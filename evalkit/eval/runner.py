@@ -842,6 +842,36 @@ def fresh_folder(out: Path, overwrite: bool = False) -> Path:
     return out
 
 
+def spawn_value(spawn: Sequence[str], flag: str) -> str | None:
+    """The value a spawn line gives ``flag`` (``--flag V`` or ``--flag=V``), if any."""
+    for i, token in enumerate(spawn):
+        if token == flag and i + 1 < len(spawn):
+            return spawn[i + 1]
+        if token.startswith(flag + "="):
+            return token.partition("=")[2]
+    return None
+
+
+def agent_identity(agent: Agent, spawn: Sequence[str] | None, variant: str | None
+                   ) -> tuple[str | None, str | None, str | None]:
+    """(provider, model, endpoint) as far as the command line and the environment say:
+    what a report's provenance names, for ``run`` as for ``measure``. Read from the spawn
+    line as provenance writes it (credentials withheld), and the environment's values
+    scrubbed the same way: a model name may be a declared secret too."""
+    if agent.builtin:
+        return "scripted", f"agents:{variant or 'good'}", None
+    line = agent.describe() if spawn else []
+    redactor = Redactor(extra_values=[*secret_values(list(spawn or ())), *agent.declared])
+
+    def scrubbed(name: str) -> str | None:
+        value = os.environ.get(name)
+        return redactor.redact(strip_url(value)) if value else None
+
+    return (spawn_value(line, "--provider") or scrubbed("EVALKIT_PROVIDER"),
+            spawn_value(line, "--model") or scrubbed("EVALKIT_MODEL"),
+            spawn_value(line, "--api-base") or scrubbed("EVALKIT_API_BASE"))
+
+
 def commit() -> str | None:
     """``git rev-parse HEAD`` of the working directory, when it is a repository."""
     try:
@@ -955,9 +985,11 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                     captures.update((j.key, c) for j, c in zip(again, redone, strict=True))
     report = score_folder(suite, out, split, {m.key: captures.get(m.key) for m in missions})
     write(report, out)
+    provider, model, endpoint = agent_identity(agent, spawn, variant)
     provenance = {
         "format": RUN_FORMAT, "version": RUN_VERSION,
         "suite": suite.name, "suite_path": str(suite.path), "commit": commit(), "date": now(),
+        "provider": provider, "model": model, "endpoint": endpoint,
         "spawn": agent.describe(), "builtin": agent.builtin,
         "agent": (variant or "good") if agent.builtin else None, "jobs": jobs,
         "executor": executor, "timeout": timeout_s, "split": split,

@@ -126,8 +126,9 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
     limits = Limits.for_runs(sum(len(r.report.get("verdicts", ())) for c in scoring.ran
                                  for r in c.reps))
     for half in halves(scoring, prompts):
+        costed = any(r.mean_cost is not None or r.mean_tokens is not None for r in half.kpis)
         drawn = {"pass_rates": charts.pass_rates(half.kpis, half.name),
-                 "quality_cost": charts.quality_cost(half.kpis, half.name),
+                 "quality_cost": charts.quality_cost(half.kpis, half.name) if costed else None,
                  "grid": charts.grid(half.missions, half.configurations, half.name)}
         if half.paired:
             drawn["paired"] = charts.paired(half.paired, scoring.name_of(scoring.baseline or ""),
@@ -137,6 +138,7 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
                       "show_cost": any(r.mean_cost is not None for r in half.kpis),
                       "show_k": max((r.k or 0 for r in half.kpis), default=0),
                       "show_infra": any(r.infra for r in half.kpis),
+                      "show_process": any(r.mean_process_s is not None for r in half.kpis),
                       "show_boot": any(r.bootstrap for r in half.kpis)})
     changes = sorted(redact_obj(list(suite.rubric_changes)) if suite else (),
                      key=lambda c: str(c.get("date") or ""), reverse=True)
