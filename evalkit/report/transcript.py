@@ -295,9 +295,15 @@ def transcript(anchor: str, verdict: dict[str, Any], root: Path | None, config: 
             parts = Path(source).parts
             folder = root / parts[0] if len(parts) > 1 else folder
         try:
+            if not path.is_file():
+                raise FileNotFoundError(source)
             read = read_events_file(path)
-        except EvalkitError as exc:
-            out.note = redact(exc.message if hasattr(exc, "message") else str(exc))
+        except FileNotFoundError:
+            out.note = (f"the recording ({redact(source)}) is not beside this report; render "
+                        "the report from the runs folder (evalkit report RUNS --suite S) to see "
+                        "what the agent did")
+        except (EvalkitError, OSError) as exc:
+            out.note = redact(str(exc))
         else:
             records = read.records
             started = next((r for r in records if r.get("event") == "mission_started"), {})

@@ -186,3 +186,15 @@ def test_an_infrastructure_failure_shows_what_the_agent_printed(tmp_path):
                                        encoding="utf-8")
     text = _page(out).text
     assert "bwrap: No permissions to create new namespace" in text
+
+
+def test_a_report_away_from_its_runs_says_where_to_look(tmp_path):
+    """A ``score --report`` folder holds verdicts, not recordings: each transcript says so."""
+    runs = _run(tmp_path, {"m0": [started(), step(1), *call(1, "mcp.add", {}), answer(),
+                                  finished()]}, n=1)
+    elsewhere = tmp_path / "report-only"
+    elsewhere.mkdir()
+    (elsewhere / "report.json").write_bytes((runs / "report.json").read_bytes())
+    text = _page(elsewhere).text
+    assert "the recording (m0/events.jsonl) is not beside this report" in text
+    assert "no recording shown" in text and str(tmp_path) not in text
