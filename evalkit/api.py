@@ -28,16 +28,18 @@ if TYPE_CHECKING:
 Warn = Callable[[str], None]
 
 
-def check(suite: str | Path | Suite) -> CheckResult:
+def check(suite: str | Path | Suite, *, strict: bool = False) -> CheckResult:
     """Whether a suite can be graded (``.ok``), with every problem in one sentence each.
 
     A file that is not a suite at all raises ``SuiteError`` (every loading problem,
-    and what check finds in the part that loaded).
+    and what check finds in the part that loaded). Under 8 missions the split, the
+    claimed capabilities and the reader's rubric are ``.warnings``, unless ``strict``.
     """
     from evalkit.eval.check import check_path, check_suite
     from evalkit.eval.suite import Suite
 
-    return check_suite(suite) if isinstance(suite, Suite) else check_path(suite)
+    return check_suite(suite, strict=strict) if isinstance(suite, Suite) \
+        else check_path(suite, strict=strict)
 
 
 def score(suite: str | Path | Suite, *, runs: str | Path | None = None,

@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "Regenerate recordings/ from the suites' scripted agents."),
     "report": ("evalkit.commands.report:report", "Render an HTML KPI report."),
     "diff": ("evalkit.commands.report:diff", "Which verdicts flipped between two scorings."),
+    "doctor": ("evalkit.commands.doctor:doctor", "What this machine can run, with fixes."),
 }
 
 

@@ -382,7 +382,16 @@ def _split_suite(total: int, held: int) -> dict[str, Any]:
             "test"]),
 ])
 def test_held_out_share(tmp_path, total, held, problems):
-    assert check_data(tmp_path, _split_suite(total, held)).problems == problems
+    """The rule's words, as a suite of 8 missions or more (or --strict) is refused with;
+    below 8 missions the same words are warnings and the suite is gradeable."""
+    path = tmp_path / "split.yaml"
+    path.write_text(yaml.safe_dump(_split_suite(total, held), sort_keys=False), encoding="utf-8")
+    assert check_path(path, strict=True).problems == problems
+    lenient = check_path(path)
+    if total < 8:
+        assert lenient.problems == [] and len(lenient.warnings) == len(problems)
+    else:
+        assert lenient.problems == problems and lenient.warnings == []
 
 
 def test_clean_summary_rounds_the_share(tmp_path):
@@ -586,7 +595,7 @@ missions:
   - {key: c, flag: chaining, prompt: p, must: notalist, must_not: [y], because: z}
 """)
     with pytest.raises(SuiteError) as refused:
-        check_path(path)
+        check_path(path, strict=True)  # strict: the empty 'must' of a 3-mission suite counts
     problems = refused.value.problems
     assert len(problems) == 10, problems
     for said in ("'bogus_top'", "'prompt' (line 4): must be a string", "'nosuchflag' is not in",

@@ -226,8 +226,8 @@ def test_unreadable_suite_path_exits_two(tmp_path):
 
 
 def test_a_suite_that_check_refuses_is_not_scored_even_when_every_run_passes(tmp_path):
-    """The spec: every subcommand runs check first. A one-mission suite holds out no
-    test mission and names its tool in the prompt; its one run passes every check."""
+    """The spec: every subcommand runs check first. A one-mission suite names its tool in
+    the prompt (its held-out half of none is only a warning); its one run passes every check."""
     suite = write_suite(tmp_path / "s.yaml", [mission("only", prompt="Use mcp.add on 2 and 3.")],
                         flags=["chaining"])
     write_stream(tmp_path / "runs" / "only" / "events.jsonl", good_run())
@@ -235,9 +235,9 @@ def test_a_suite_that_check_refuses_is_not_scored_even_when_every_run_passes(tmp
     result = invoke("score", "--suite", str(suite), "--runs", str(tmp_path / "runs"), "--json",
                     "--report", str(report))
     assert result.exit_code == 1 and result.stdout == ""
-    assert "suite 's' is not gradeable (3 problems); nothing scored:" in result.stderr
+    assert "suite 's' is not gradeable (1 problem); nothing scored:" in result.stderr
     assert "names the served tool 'mcp.add'" in result.stderr
-    assert "only 0 test missions" in result.stderr and "Traceback" not in result.output
+    assert "only 0 test missions" not in result.stderr and "Traceback" not in result.output
     assert not report.exists()
 
 

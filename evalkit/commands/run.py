@@ -32,7 +32,8 @@ def refuse_if_nothing_ran(out: Path) -> None:
         return
     tries, causes = found
     click.echo(f"Error: every one of the {tries} tries was an infrastructure failure, so "
-               f"nothing was measured; first causes: {' | '.join(causes)}", err=True)
+               f"nothing was measured; first causes: {' | '.join(causes)} "
+               "(`evalkit doctor` says what this machine lacks)", err=True)
     sys.exit(1)
 
 
@@ -71,6 +72,9 @@ def _common(fn: Any) -> Any:
                           "the built-in runtime with --secret so its records are scrubbed too "
                           "(a spawn line's agent is told nothing: add it there)."),
         click.option("--quiet", is_flag=True, help="No progress display."),
+        click.option("--overwrite", is_flag=True,
+                     help="Replace --out when it holds an earlier run's or measure's output "
+                          "(refused for any other folder)."),
         click.argument("spawn", nargs=-1, type=click.UNPROCESSED),
     ]
     for option in reversed(options):
@@ -83,7 +87,7 @@ def _common(fn: Any) -> Any:
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when a mission failed.")
 def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
         variant: str | None, executor: str, ray_address: str | None, secrets: tuple[str, ...],
-        quiet: bool, spawn: tuple[str, ...], allow_failures: bool) -> None:
+        quiet: bool, overwrite: bool, spawn: tuple[str, ...], allow_failures: bool) -> None:
     """Spawn the agent once per mission, capture its stream, score it.
 
     The agent is everything after --, e.g. `-- my-agent --model m`; without one,
@@ -94,7 +98,15 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
     result = run_suite(suite_path, out, write=write_report_files, spawn=spawn or None,
                        split=split, jobs=jobs, timeout_s=timeout_s, variant=variant,
                        executor=executor, ray_address=ray_address, progress=not quiet,
-                       warn=lambda line: click.echo(line, err=True), secrets=secrets)
+                       warn=lambda line: click.echo(line, err=True), secrets=secrets,
+                       overwrite=overwrite)
+    failing = [v for v in result.report["verdicts"] if not v.get("passed")]
+    if failing:
+        click.echo(f"failed ({len(failing)}):")
+        for v in failing:
+            word = str(v.get("category") or ("missing" if v.get("missing") else "fail")).upper()
+            first = (v.get("reasons") or [v.get("infra") or ""])[0]
+            click.echo(f"  {word:<7} {v['key']} ({v['split']}){' — ' + first if first else ''}")
     for half, data in result.report["halves"].items():
         c = data["categories"]
         click.echo(f"{half}: {c['pass']}/{data['totals']['missions']} passed; "
@@ -116,7 +128,7 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
               help="Re-derive every report and the statistics of an existing --out; no agent.")
 def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
             variant: str | None, executor: str, ray_address: str | None,
-            secrets: tuple[str, ...], quiet: bool, spawn: tuple[str, ...],
+            secrets: tuple[str, ...], quiet: bool, overwrite: bool, spawn: tuple[str, ...],
             configs: tuple[str, ...], repeat: int, rescore: bool) -> None:
     """Run a suite over a configuration matrix with repeats; compare every row with direct.
 
@@ -132,7 +144,7 @@ def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float
             suite_path, out, write=write_report_files, spawn=spawn or None, configs=configs,
             repeat=repeat, jobs=jobs, timeout_s=timeout_s, split=split, variant=variant,
             executor=executor, ray_address=ray_address, progress=not quiet,
-            warn=lambda line: click.echo(line, err=True), secrets=secrets)
+            warn=lambda line: click.echo(line, err=True), secrets=secrets, overwrite=overwrite)
     click.echo(matrix_mod.to_markdown(result.matrix), nl=False)
     click.echo(f"matrix: {out / 'matrix.json'}")
     refuse_if_nothing_ran(out)

@@ -13,12 +13,17 @@ from evalkit.gcpause import collector_paused
 @click.command()
 @click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path),
               help="Suite file (YAML/JSON) or a folder holding missions.yaml.")
-def check(suite_path: Path) -> None:
+@click.option("--strict", is_flag=True,
+              help="Hold a suite under 8 missions to the split, claimed flags and rubric "
+                   "rules as errors, as measure does (warnings otherwise).")
+def check(suite_path: Path, strict: bool) -> None:
     """Refuse a suite that cannot be graded, before spending a model."""
     import evalkit
 
     with collector_paused():  # a large suite is many objects built at once, none of them cycles
-        result = evalkit.check(suite_path)
+        result = evalkit.check(suite_path, strict=strict)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if not result.ok:
         click.echo(f"suite '{result.suite.name}' is not gradeable "
                    f"({len(result.problems)} problems):", err=True)

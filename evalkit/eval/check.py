@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,21 @@ from evalkit.patterns import problem as pattern_problem
 #: The held-out share a suite must keep, inclusive, as (numerator, denominator).
 MIN_TEST_SHARE, MAX_TEST_SHARE = (1, 4), (2, 5)
 MIN_TEST_MISSIONS = 3
+#: From this many missions on, the suite's discipline (the split, the claimed capabilities,
+#: the reader's rubric) is held as errors; below it, as warnings unless ``strict``. A suite of
+#: one or two cases is how a person tries evalkit on their own agent, and a held-out half of
+#: it would be noise either way; a comparison (``measure``) always checks strictly.
+SMALL_SUITE = 8
+#: Mission fields that are written for a person and never scored.
+RUBRIC_FIELDS = frozenset({"must", "must_not", "because"})
+
+
+_UNCAPTURED = "suite field 'flags': no mission captures "
+
+
+class Discipline(str):
+    """A problem of the suite's discipline, not of whether it can be graded at all: an error
+    from ``SMALL_SUITE`` missions on (or under ``strict``), a warning below."""
 
 _BOUNDARY = "A-Za-z0-9_"
 
@@ -37,6 +52,8 @@ class CheckResult:
     suite: Suite
     problems: list[str]
     summary: str
+    #: Discipline problems of a small suite, said but not refused.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -50,7 +67,28 @@ class CheckResult:
         return "\n".join([self.summary + ":", *(f"  - {p}" for p in self.problems)])
 
 
-def check_path(path: str | Path) -> CheckResult:
+def lenient(suite: Suite, strict: bool) -> bool:
+    """Whether the suite's discipline problems are warnings rather than errors."""
+    return not strict and len(suite.missions) < SMALL_SUITE
+
+
+def _parted(problems: list[str], soft: bool) -> tuple[list[str], list[str]]:
+    """(errors, warnings): discipline problems are warnings when ``soft``."""
+    if not soft:
+        return [str(p) for p in problems], []
+    warnings = [str(p) for p in problems if isinstance(p, Discipline)]
+    uncaptured = [w for w in warnings if w.startswith(_UNCAPTURED)]
+    if len(uncaptured) > 1:  # one warning, not a line per word of the vocabulary
+        words = ", ".join(w[len(_UNCAPTURED):].split(",")[0] for w in uncaptured)
+        at = warnings.index(uncaptured[0])
+        warnings = [w for w in warnings if w not in uncaptured]
+        warnings.insert(at, f"suite field 'flags': no mission captures {len(uncaptured)} of the "
+                            f"capabilities it claims ({words}); list the ones it measures "
+                            "under flags:")
+    return [str(p) for p in problems if not isinstance(p, Discipline)], warnings
+
+
+def check_path(path: str | Path, *, strict: bool = False) -> CheckResult:
     """Load then check. A suite that cannot be loaded raises ``SuiteError``; its
     message names the loading problems and then what the rules find in the part
     that did load, so that one message holds every problem."""
@@ -59,11 +97,11 @@ def check_path(path: str | Path) -> CheckResult:
     except SuiteError as exc:
         if exc.loaded is None:
             raise
-        raise _with_rule_problems(exc, exc.loaded) from None
-    return check_suite(suite)
+        raise _with_rule_problems(exc, exc.loaded, strict) from None
+    return check_suite(suite, strict=strict)
 
 
-def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
+def _with_rule_problems(exc: SuiteError, loaded: Loaded, strict: bool = False) -> SuiteError:
     suite = loaded.suite
     # The missions that did not load are checked too, but for their bad fields (said already).
     placed = sorted([*zip(loaded.positions, suite.missions, strict=True),
@@ -73,6 +111,7 @@ def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
                                tuple(index for index, _ in placed), bad)
     found += suite_problems(suite, Tally.of(suite.missions), whole=loaded.whole,
                             refused=loaded.refused)
+    found, _ = _parted(found, lenient(suite, strict))
     if not found:
         return exc
     lines = [exc.message, f"and what did load cannot be graded ({counted(found)}):",
@@ -80,11 +119,13 @@ def _with_rule_problems(exc: SuiteError, loaded: Loaded) -> SuiteError:
     return SuiteError("\n".join(lines), [*exc.problems, *found], exit_code=exc.exit_code)
 
 
-def check_suite(suite: Suite) -> CheckResult:
-    """Run every rule of the spec's "check" section over one loaded suite."""
-    problems = _missions_problems(Rules.of(suite), suite.missions)
-    problems += _suite_problems(suite)
-    return CheckResult(suite, problems, _summary(suite, problems))
+def check_suite(suite: Suite, *, strict: bool = False) -> CheckResult:
+    """Run every rule of the spec's "check" section over one loaded suite; under
+    ``SMALL_SUITE`` missions, and not ``strict``, the discipline rules only warn."""
+    found = _missions_problems(Rules.of(suite), suite.missions)
+    found += _suite_problems(suite)
+    problems, warnings = _parted(found, lenient(suite, strict))
+    return CheckResult(suite, problems, _summary(suite, problems, warnings), warnings)
 
 
 def _missions_problems(rules: Rules, missions: tuple[Mission, ...],
@@ -107,7 +148,8 @@ def _missions_problems(rules: Rules, missions: tuple[Mission, ...],
                  if name not in skip]
         if found:
             where = _where(mission, index)
-            problems += [f"{where} field {name!r}: {text}" for name, text in found]
+            problems += [(Discipline if name in RUBRIC_FIELDS else str)(
+                f"{where} field {name!r}: {text}") for name, text in found]
     return problems
 
 
@@ -420,15 +462,16 @@ def suite_problems(suite: Suite, tally: Tally, *, whole: bool = True,
             "in the vocabulary, which a suite without 'flags' claims whole"
         for flag in dict.fromkeys(suite.claimed):
             if flag in suite.vocabulary and flag not in captured:
-                yield f"suite field 'flags': no mission captures {flag!r}, {claimed_by}"
+                yield Discipline(f"suite field 'flags': no mission captures {flag!r}, {claimed_by}")
     if whole:
         total, held = tally.total, tally.held
         if held < MIN_TEST_MISSIONS:
-            yield (f"suite field 'missions': only {held} test mission{'s' if held != 1 else ''}; "
-                   f"hold out at least {MIN_TEST_MISSIONS} with split: test")
+            yield Discipline(
+                f"suite field 'missions': only {held} test mission{'s' if held != 1 else ''}; "
+                f"hold out at least {MIN_TEST_MISSIONS} with split: test")
         if total and not _share_ok(held, total):
-            yield (f"suite field 'missions': {held} of {total} missions held out "
-                   f"({round(100 * held / total)}%); the test share must be 25% to 40%")
+            yield Discipline(f"suite field 'missions': {held} of {total} missions held out "
+                             f"({round(100 * held / total)}%); the test share must be 25% to 40%")
     yield from _rubric_problems(suite)
 
 
@@ -449,9 +492,14 @@ def _share_ok(held: int, total: int) -> bool:
     return held * lo_d >= total * lo_n and held * hi_d <= total * hi_n
 
 
-def _summary(suite: Suite, problems: list[str]) -> str:
+def _summary(suite: Suite, problems: list[str], warnings: Sequence[str] = ()) -> str:
     if problems:
         return f"suite '{suite.name}' cannot be graded: {counted(problems)}"
+    if warnings:
+        return (f"suite '{suite.name}' is gradeable: {len(suite.missions)} "
+                f"mission{'s' if len(suite.missions) != 1 else ''}, too small for a held-out "
+                f"half ({len(warnings)} warning{'s' if len(warnings) != 1 else ''}; "
+                f"errors from {SMALL_SUITE} missions on or under --strict)")
     total, held = len(suite.missions), len(suite.split_of("test"))
     share = round(100 * held / total) if total else 0
     claimed = tuple(dict.fromkeys(suite.claimed))
@@ -471,14 +519,15 @@ def _compile(regex: str | None) -> Pattern | str | None:
 
 
 
-def gradeable(path: str | Path, *, refusing: str) -> Suite:
+def gradeable(path: str | Path, *, refusing: str, strict: bool = False) -> Suite:
     """The suite at ``path`` if it passes ``check``; else refused, exit 1, every problem named.
 
     Every subcommand runs ``check`` first, as the spec says: a score of a suite
     that cannot be graded is a number nobody can compare with anything, and a
-    run of one spends a model on it. ``refusing`` says what is not done.
+    run of one spends a model on it. ``refusing`` says what is not done. ``strict``
+    holds a small suite to the discipline of a large one (a comparison needs a held-out half).
     """
-    result = check_path(path)
+    result = check_path(path, strict=strict)
     if not result.ok:
         lines = [f"suite '{result.suite.name}' is not gradeable "
                  f"({counted(result.problems)}); {refusing}:",
@@ -487,4 +536,4 @@ def gradeable(path: str | Path, *, refusing: str) -> Suite:
     return result.suite
 
 
-__all__ = ["CheckResult", "check_path", "check_suite", "gradeable"]
+__all__ = ["SMALL_SUITE", "CheckResult", "check_path", "check_suite", "gradeable", "lenient"]

@@ -24,7 +24,6 @@ the statistics (all computed by ``evalkit.eval.stats``).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from evalkit.eval.runner import (
     Progress,
     ReportWriter,
     agent_for,
+    agent_identity,
     check_executor,
     commit,
     execute,
@@ -62,7 +62,6 @@ from evalkit.eval.runner import (
     refusal,
     score_folder,
     spawn_skill,
-    strip_url,
 )
 from evalkit.eval.score import missions_in
 from evalkit.eval.suite import SPLITS, Mission, Suite
@@ -254,9 +253,9 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                   variant: str | None = None, executor: str = "local",
                   ray_address: str | None = None, progress: bool = True,
                   warn: Callable[[str], None] = lambda _: None,
-                  secrets: Sequence[str] = ()) -> MeasureResult:
+                  secrets: Sequence[str] = (), overwrite: bool = False) -> MeasureResult:
     """Run the matrix, score every rep, write ``matrix.json`` and ``matrix.md``."""
-    suite = gate(suite_path)
+    suite = gate(suite_path, strict=True)  # a comparison needs a held-out half
     if repeat < 1:
         raise EvalkitError(f"--repeat must be 1 or more, not {repeat}")
     if timeout_s <= 0:
@@ -267,7 +266,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     agent = agent_for(suite, spawn, variant, secrets)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
-    out = fresh_folder(out)
+    out = fresh_folder(out, overwrite)
     plans = _plan_rows(suite, rows, agent, out, spawn)
     said: set[str] = set()
     env: dict[str, str] = {}  # what the suite's server (if any) adds to every agent's
@@ -401,18 +400,13 @@ def _spawn_value(spawn: Sequence[str], flag: str) -> str | None:
 def _provenance(suite: Suite, agent: Agent, spawn: Sequence[str] | None, **settings: Any
                 ) -> dict[str, Any]:
     line = list(spawn or ())
-    if agent.builtin:
-        provider, model, endpoint = "scripted", f"agents:{settings['variant'] or 'good'}", None
-    else:
-        provider = _spawn_value(line, "--provider") or os.environ.get("EVALKIT_PROVIDER")
-        model = _spawn_value(line, "--model") or os.environ.get("EVALKIT_MODEL")
-        endpoint = _spawn_value(line, "--api-base") or os.environ.get("EVALKIT_API_BASE")
+    provider, model, endpoint = agent_identity(agent, spawn, settings["variant"])
     steps = _spawn_value(line, "--mission-steps")
     seconds = _spawn_value(line, "--mission-seconds")
     return {
         "suite": suite.name, "suite_path": str(suite.path), "commit": commit(), "date": now(),
         "evalkit": __version__, "provider": provider, "model": model,
-        "endpoint": strip_url(endpoint) if endpoint else None,
+        "endpoint": endpoint,
         "spawn": agent.describe(), "agent": (settings["variant"] or "good")
         if agent.builtin else None,
         "repeat": settings["repeat"], "split": settings["split"],
@@ -488,7 +482,7 @@ def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter) -> Measur
         raise EvalkitError(f"no matrix to rescore at {path}: {exc}") from None
     if matrix.get("format") != MATRIX_FORMAT:
         raise EvalkitError(f"{path} is not an evalkit matrix")
-    suite = gradeable(suite_path, refusing="nothing rescored")
+    suite = gradeable(suite_path, refusing="nothing rescored", strict=True)
     provenance = dict(matrix["provenance"])
     provenance["rescored"] = now()
     result = assemble(suite, out, provenance, matrix["rows"], provenance.get("split", "all"), write)

@@ -59,6 +59,8 @@ from evalkit.errors import EvalkitError
 from evalkit.eval import staging, taxonomy
 from evalkit.eval.check import gradeable
 from evalkit.eval.harness_files import (
+    MATRIX_FILE,
+    MATRIX_FORMAT,
     RUN_FILE,
     RUN_FORMAT,
     RUN_VERSION,
@@ -413,8 +415,9 @@ class Progress:
     per mission (CI logs keep them)."""
 
     def __init__(self, total: int, title: str, stream: TextIO | None = None,
-                 enabled: bool = True) -> None:
+                 enabled: bool = True, judge: Judge | None = None) -> None:
         self.total, self.title, self.done = total, title, 0
+        self.judge = judge
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self._lock = threading.Lock()
@@ -453,12 +456,68 @@ class Progress:
     def finished(self, job: Job, capture: dict[str, Any]) -> None:
         with self._lock:
             self.done += 1
+            name = job.label or job.key
+            if self.judge is not None and self.enabled:
+                self._verdict(name, capture, *self.judge(job, capture))
+                return
             word = _capture_word(capture)
             if self._rich is not None:
-                self._rich.update(self._task, advance=1, last=f"{job.label or job.key}: {word}")
+                self._rich.update(self._task, advance=1, last=f"{name}: {word}")
             elif self.enabled:
-                self.stream.write(f"[{self.done}/{self.total}] {job.label or job.key}: {word}\n")
+                self.stream.write(f"[{self.done}/{self.total}] {name}: {word}\n")
                 self.stream.flush()
+
+    def _verdict(self, name: str, capture: dict[str, Any], word: str, why: str | None) -> None:
+        """One line per finished mission: its verdict word, then the first reason."""
+        seconds = capture.get("wall_s")
+        took = f" ({seconds} s)" if isinstance(seconds, (int, float)) else ""
+        tail = f" — {why}" if why else ""
+        line = f"[{self.done}/{self.total}] {word:<5} {name}{took}{tail}"
+        if self._rich is not None:
+            from rich.text import Text
+
+            colour = {"PASS": "green", "FAIL": "red", "INFRA": "magenta"}.get(word, "")
+            text = Text(f"[{self.done}/{self.total}] ")
+            text.append(f"{word:<5}", style=f"bold {colour}".strip())
+            text.append(f" {name}{took}{tail}")
+            self._rich.console.print(text, soft_wrap=True, markup=False, highlight=False)
+            self._rich.update(self._task, advance=1, last=f"{name}: {word}")
+        else:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+
+#: What the console says of one finished mission: (PASS / FAIL / INFRA / MISSING, the first
+#: reason or cause, or None).
+Judge = Callable[["Job", dict[str, Any]], tuple[str, str | None]]
+
+
+def mission_judge(suite: Suite) -> Judge:
+    """Score one mission's folder as soon as its agent ends, for the console only: the
+    report is scored again, whole and sealed, when every mission has run."""
+    def judge(job: Job, capture: dict[str, Any]) -> tuple[str, str | None]:
+        try:
+            report = score(suite, mapping={job.key: job.out}, verify=False).to_dict()
+            verdict = next(v for v in report["verdicts"] if v["key"] == job.key)
+        except (EvalkitError, StopIteration):
+            return "FAIL", "its stream could not be scored"
+        events = Path(job.out) / EVENTS_FILE
+        word, infra = taxonomy.categorize(verdict, capture, events if events.is_file() else None)
+        if word == taxonomy.INFRA:
+            cause = _last_stderr_line(Path(job.out) / STDERR_FILE)
+            return "INFRA", cause or infra
+        reasons = verdict.get("reasons") or []
+        return word.upper(), (str(reasons[0])[:300] if reasons else None)
+    return judge
+
+
+def _last_stderr_line(path: Path) -> str | None:
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8", errors="replace")
+                 .splitlines() if line.strip()]
+    except OSError:
+        return None
+    return lines[-1][:300] if lines else None
 
 
 def _capture_word(capture: dict[str, Any]) -> str:
@@ -738,21 +797,79 @@ def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path
 # -- provenance and the gate ------------------------------------------------------------------
 
 
-def gate(suite_path: str | Path) -> Suite:
+def gate(suite_path: str | Path, *, strict: bool = False) -> Suite:
     """Load and check; an ungradeable suite is refused before a model is spent (exit 1)."""
-    return gradeable(suite_path, refusing="refusing to spend a model on it")
+    return gradeable(suite_path, refusing="refusing to spend a model on it", strict=strict)
 
 
-def fresh_folder(out: Path) -> Path:
-    """The output folder, created; refuses one that already holds something."""
+def _ours(out: Path) -> bool:
+    """Whether ``out`` is a folder ``run`` or ``measure`` wrote whole (its run.json or
+    matrix.json says so), which ``--overwrite`` may replace."""
+    for name, fmt in ((RUN_FILE, RUN_FORMAT), (MATRIX_FILE, MATRIX_FORMAT)):
+        try:
+            data = json.loads((out / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("format") == fmt:
+            return True
+    return False
+
+
+def fresh_folder(out: Path, overwrite: bool = False) -> Path:
+    """The output folder, created; refuses one that already holds something, unless
+    ``overwrite`` and it is an earlier run's or measure's output, which is then moved
+    aside in one rename (a reader never sees the two mixed) and deleted."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise EvalkitError(f"--out {out} already exists and is not empty; choose a new folder "
-                           "(runs are never mixed)")
+        if not overwrite:
+            raise EvalkitError(f"--out {out} already exists and is not empty; choose a new "
+                               "folder, or give --overwrite to replace an earlier output "
+                               "(runs are never mixed)")
+        if not out.is_dir() or out.is_symlink() or not _ours(out):
+            raise EvalkitError(f"--overwrite refuses {out}: it is not a folder evalkit run or "
+                               "measure wrote (no run.json or matrix.json of theirs), so what "
+                               "it holds would be lost; choose a new folder")
+        aside = out.with_name(f".{out.name}.replaced-{os.getpid()}")
+        try:
+            out.rename(aside)
+        except OSError as exc:
+            raise EvalkitError(f"cannot move {out} aside to replace it: "
+                               f"{exc.strerror or exc}") from None
+        shutil.rmtree(aside, ignore_errors=True)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EvalkitError(f"cannot create --out {out}: {exc.strerror or exc}") from None
     return out
+
+
+def spawn_value(spawn: Sequence[str], flag: str) -> str | None:
+    """The value a spawn line gives ``flag`` (``--flag V`` or ``--flag=V``), if any."""
+    for i, token in enumerate(spawn):
+        if token == flag and i + 1 < len(spawn):
+            return spawn[i + 1]
+        if token.startswith(flag + "="):
+            return token.partition("=")[2]
+    return None
+
+
+def agent_identity(agent: Agent, spawn: Sequence[str] | None, variant: str | None
+                   ) -> tuple[str | None, str | None, str | None]:
+    """(provider, model, endpoint) as far as the command line and the environment say:
+    what a report's provenance names, for ``run`` as for ``measure``. Read from the spawn
+    line as provenance writes it (credentials withheld), and the environment's values
+    scrubbed the same way: a model name may be a declared secret too."""
+    if agent.builtin:
+        return "scripted", f"agents:{variant or 'good'}", None
+    line = agent.describe() if spawn else []
+    redactor = Redactor(extra_values=[*secret_values(list(spawn or ())), *agent.declared])
+
+    def scrubbed(name: str) -> str | None:
+        value = os.environ.get(name)
+        return redactor.redact(strip_url(value)) if value else None
+
+    return (spawn_value(line, "--provider") or scrubbed("EVALKIT_PROVIDER"),
+            spawn_value(line, "--model") or scrubbed("EVALKIT_MODEL"),
+            spawn_value(line, "--api-base") or scrubbed("EVALKIT_API_BASE"))
 
 
 def commit() -> str | None:
@@ -820,7 +937,7 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
               split: str = "all", jobs: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
               variant: str | None = None, executor: str = "local", ray_address: str | None = None,
               progress: bool = True, warn: Callable[[str], None] = lambda _: None,
-              secrets: Sequence[str] = ()) -> RunResult:
+              secrets: Sequence[str] = (), overwrite: bool = False) -> RunResult:
     """Check, spawn every mission, score, and write the folder ``evalkit run`` promises.
 
     A suite's fixtures are staged per mission and its server (``serve:``) runs for the
@@ -834,14 +951,15 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     agent = agent_for(suite, spawn, variant, secrets)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
-    out = fresh_folder(out)
+    out = fresh_folder(out, overwrite)
     captures: dict[str, dict[str, Any] | None] = {}
     with staging.serving(suite) as served, executor_session(executor, ray_address):
         planned, skipped = make_jobs(suite, missions, agent, out, timeout_s=timeout_s,
                                      env=served.env)
         for key, why in skipped.items():
             warn(f"warning: mission {key!r} is not run: {why}")
-        with Progress(len(planned), f"run {suite.name}", enabled=progress) as shown:
+        with Progress(len(planned), f"run {suite.name}", enabled=progress,
+                      judge=mission_judge(suite)) as shown:
             done = execute(planned, workers=jobs, executor=executor, progress=shown,
                            ray_address=ray_address)
             captures.update((job.key, c) for job, c in zip(planned, done, strict=True))
@@ -867,9 +985,11 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                     captures.update((j.key, c) for j, c in zip(again, redone, strict=True))
     report = score_folder(suite, out, split, {m.key: captures.get(m.key) for m in missions})
     write(report, out)
+    provider, model, endpoint = agent_identity(agent, spawn, variant)
     provenance = {
         "format": RUN_FORMAT, "version": RUN_VERSION,
         "suite": suite.name, "suite_path": str(suite.path), "commit": commit(), "date": now(),
+        "provider": provider, "model": model, "endpoint": endpoint,
         "spawn": agent.describe(), "builtin": agent.builtin,
         "agent": (variant or "good") if agent.builtin else None, "jobs": jobs,
         "executor": executor, "timeout": timeout_s, "split": split,

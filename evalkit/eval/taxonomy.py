@@ -156,6 +156,13 @@ def annotate(report: dict[str, Any], base: Path | None,
             capture = load_capture(base / key) if base is not None else None
         events = _events_of(verdict, base)
         category, detail = categorize(verdict, capture, events)
+        if category == INFRA and base is not None and detail and \
+                not detail.startswith("tampered"):
+            # What the agent last said is the cause an operator can act on ("bwrap: No
+            # permissions to create new namespace"); the kind alone is only the symptom.
+            said = _last_line(base / key / STDERR_FILE)
+            if said and said not in detail:
+                detail = f"{detail}; the agent's last words on stderr: {said}"
         verdict["category"] = category
         verdict["infra"] = detail
     for half, data in report["halves"].items():

@@ -48,6 +48,8 @@ _PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.S)
 
 #: Inches per character of a label at 9 pt (DejaVu Sans averages ~0.6 em).
 CHAR_IN = 0.075
+#: The width a figure needs for the five-status legend on one row (8 pt labels).
+LEGEND_ROW_IN = 5.4
 
 
 def _figure(height: float, width: float, margins: tuple[float, float, float, float]):
@@ -183,7 +185,11 @@ def grid(missions: Sequence[MissionRow], configurations: Sequence[str], half: st
     rotate = len(configurations) > 3
     bottom = 0.3 + (_label_in(names) * 0.5 if rotate else 0.2)
     width = max(3.0, min(WIDTH + 1.0, left + 0.3 + max(0.75 * len(configurations), 1.2)))
-    legend = 0.3 if width >= 5.2 else 0.5
+    # The legend is placed from the figure's left edge, not the axes' (which moves right with
+    # long mission keys and pushed the fifth label off the figure): one row of five where
+    # five fit, else rows of three.
+    one_row = width >= LEGEND_ROW_IN
+    legend = 0.3 if one_row else 0.5
 
     def paint(fig: Any) -> None:
         ax = fig.add_subplot()
@@ -199,9 +205,9 @@ def grid(missions: Sequence[MissionRow], configurations: Sequence[str], half: st
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.legend(handles=[Patch(color=COLOURS[s], label=s) for s in order],
-                  ncols=len(order) if width >= 5.2 else 3,
-                  loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False, fontsize=8)
+        fig.legend(handles=[Patch(color=COLOURS[s], label=s) for s in order],
+                   ncols=len(order) if one_row else 3, loc="upper left",
+                   bbox_to_anchor=(0.02 / width * 4, 1.0), frameon=False, fontsize=8)
 
     height = legend + bottom + 0.1 + 0.2 * max(len(missions), 1)
     return _draw(f"grid-{half}", title, height, paint, width=width,

@@ -42,6 +42,7 @@ from evalkit.report.shapes import check_matrix, check_report
 DEFAULT_BASELINE = "direct"
 
 _REP = re.compile(r"rep(\d+)")
+_USERINFO = re.compile(r"\A([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 
 
 @dataclass
@@ -320,6 +321,8 @@ def _text(value: Any, depth: int = 0) -> str:
 
 def safe_endpoint(url: str) -> str:
     """An endpoint without credentials: no user:password, no query, nothing a key looks like."""
+    # Userinfo goes before parsing: a withheld one ("[REDACTED]@host") reads as a bad IPv6.
+    url = _USERINFO.sub(r"\1", url, count=1)
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""

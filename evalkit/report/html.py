@@ -1,7 +1,7 @@
 """The HTML report and the HTML diff: one self-contained file each.
 
-Everything is inline (CSS, a few lines of JavaScript that make tables
-sortable, the charts as SVG): no network, no CDN, and the page reads in full
+Everything is inline (CSS, a few lines of JavaScript that sort tables and
+filter transcripts, the charts as SVG): no network, no CDN, and the page reads in full
 with JavaScript off. Rendered by jinja2 with autoescaping on; the only markup
 not escaped is the SVG matplotlib drew. The output is a pure function of the
 folders read — no timestamp beyond the provenance they carry — so the same
@@ -20,8 +20,9 @@ from evalkit.eval.suite import SPLITS, Suite, SuiteError, load_suite
 from evalkit.redact import redact, redact_obj
 from evalkit.report import charts
 from evalkit.report.folders import TEXT_DEPTH, Scoring
-from evalkit.report.kpis import halves
-from evalkit.report.markdown import write_file
+from evalkit.report.kpis import category, halves
+from evalkit.report.markdown import too_small, write_file
+from evalkit.report.transcript import Limits, Transcript, transcript
 from evalkit.store.layout import as_text
 
 #: How many rubric changes the report lists, newest first.
@@ -122,26 +123,51 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
     prompts = {m.key: (redact(m.prompt), redact(m.because))
                for m in suite.missions} if suite else {}
     parts = []
+    limits = Limits.for_runs(sum(len(r.report.get("verdicts", ())) for c in scoring.ran
+                                 for r in c.reps))
     for half in halves(scoring, prompts):
+        costed = any(r.mean_cost is not None or r.mean_tokens is not None for r in half.kpis)
         drawn = {"pass_rates": charts.pass_rates(half.kpis, half.name),
-                 "quality_cost": charts.quality_cost(half.kpis, half.name),
+                 "quality_cost": charts.quality_cost(half.kpis, half.name) if costed else None,
                  "grid": charts.grid(half.missions, half.configurations, half.name)}
         if half.paired:
             drawn["paired"] = charts.paired(half.paired, scoring.name_of(scoring.baseline or ""),
                                             half.name)
-        parts.append({"half": half, "charts": drawn,
+        shown, links = transcripts(scoring, half.name, len(parts), limits)
+        parts.append({"half": half, "charts": drawn, "transcripts": shown, "links": links,
                       "show_cost": any(r.mean_cost is not None for r in half.kpis),
                       "show_k": max((r.k or 0 for r in half.kpis), default=0),
                       "show_infra": any(r.infra for r in half.kpis),
+                      "show_process": any(r.mean_process_s is not None for r in half.kpis),
                       "show_boot": any(r.bootstrap for r in half.kpis)})
     changes = sorted(redact_obj(list(suite.rubric_changes)) if suite else (),
                      key=lambda c: str(c.get("date") or ""), reverse=True)
     return environment().get_template("report.html.j2").render(
         scoring=scoring, halves=parts, suite=suite, suite_note=suite_note,
+        limits=limits, small=next((too_small(r.report) for c in scoring.ran for r in c.reps), None),
         rubric_changes=changes[:RUBRIC_CHANGES_SHOWN], rubric_total=len(changes),
         newest={c.get("key"): c for c in reversed(changes)},
         rows=[c for c in scoring.configurations if c.question or c.delta or c.status != "ran"],
     )
+
+
+def transcripts(scoring: Scoring, half: str, part: int, limits: Limits | None = None
+                ) -> tuple[list[Transcript], dict[tuple[str, str], str]]:
+    """Every run of the half as a transcript, and where each mission's first run of each
+    configuration is, so the missions table can link its cells to them."""
+    shown: list[Transcript] = []
+    links: dict[tuple[str, str], str] = {}
+    for config in scoring.ran:
+        name = scoring.name_of(config) if len(scoring.ran) > 1 else ""
+        for rep in config.reps:
+            for verdict in rep.report.get("verdicts", ()):
+                if verdict.get("split") != half:
+                    continue
+                anchor = f"t{part}-{len(shown)}"
+                links.setdefault((scoring.name_of(config), str(verdict.get("key"))), anchor)
+                shown.append(transcript(anchor, verdict, rep.runs_root, name, rep.label,
+                                        category(verdict), limits))
+    return shown, links
 
 
 def diff_html(diff: Diff) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 from evalkit.eval import stats
 from evalkit.eval.diff import INFRA_PREFIX
 from evalkit.eval.harness_files import MATRIX_FILE
+from evalkit.eval.taxonomy import load_capture
 from evalkit.report.folders import Configuration, Scoring
 
 PASS, FAIL, FLAKY, MISSING, INFRA = "pass", "fail", "flaky", "missing", "infra"
@@ -45,7 +46,7 @@ class KpiRow:
     mean_calls: float | None
     mean_tokens: float | None
     mean_cost: float | None
-    mean_wall_s: float | None
+    mean_wall_s: float | None  # the loop's own elapsed_s (mission_finished)
     human_interventions: int
     reply_rejected: int
     grounded: int
@@ -55,6 +56,9 @@ class KpiRow:
     pass_hat_k: float | None = None
     k: int | None = None
     versus: str | None = None  # the paired verdict against the baseline
+    #: The agent process's wall time as the harness measured it (command.json), start-up
+    #: included; None for runs the harness did not spawn (a score of recordings).
+    mean_process_s: float | None = None
 
     @property
     def whiskers(self) -> tuple[float, float] | None:
@@ -196,13 +200,27 @@ def _kpi_row(scoring: Scoring, config: Configuration, reps: list[list[dict[str, 
         human_interventions=sum(k.get("human_interventions") or 0 for k in scored),
         reply_rejected=sum(k.get("reply_rejected") or 0 for k in scored),
         grounded=sum(1 for g in grounding if g), grounding_verdicts=len(grounding),
-        source=source, versus=versus,
+        source=source, versus=versus, mean_process_s=_mean(_process_seconds(config)),
     )
     if repeat >= 2:
         row.k = repeat
         row.pass_at_k = _number((cell.get("pass_at_k") or {}).get(str(repeat)))
         row.pass_hat_k = _number((cell.get("pass_hat_k") or {}).get(str(repeat)))
     return row
+
+
+def _process_seconds(config: Configuration) -> list[Any]:
+    """Each spawned run's process wall time, from the ``command.json`` the harness left."""
+    found = []
+    for rep in config.reps:
+        if rep.runs_root is None:
+            continue
+        for v in rep.report.get("verdicts", ()):
+            capture = load_capture(rep.runs_root / str(v.get("key"))) \
+                if not v.get("missing") else None
+            if capture is not None:
+                found.append(capture.get("wall_s"))
+    return found
 
 
 def _mean(values: Iterable[Any]) -> float | None:

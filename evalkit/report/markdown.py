@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.eval.check import MIN_TEST_MISSIONS
 from evalkit.eval.harness_files import REPORT_FILE, REPORT_MD, begins_as_ours
 from evalkit.eval.report_json import encode_verdicts, json_parts
 from evalkit.store.replace import Part, joined, replace_file, replace_files
@@ -111,6 +112,20 @@ def render_verdicts(verdicts: list[dict[str, Any]], halves: Any) -> tuple[HalfLi
     return rows, failures
 
 
+def too_small(report: dict[str, Any]) -> str | None:
+    """One line when the whole suite was scored and it holds too few test missions for a
+    held-out half to say anything (``check`` warns of it below 8 missions)."""
+    if report.get("split", "all") != "all":
+        return None
+    halves = report.get("halves") or {}
+    held = ((halves.get("test") or {}).get("totals") or {}).get("missions") or 0
+    if held >= MIN_TEST_MISSIONS:
+        return None
+    return (f"The suite holds {held} test mission{'s' if held != 1 else ''}: too small for a "
+            f"held-out half (at least {MIN_TEST_MISSIONS}), so every figure here is of missions "
+            "that may have been tuned on.")
+
+
 def markdown_parts(report: dict[str, Any], rows: dict[str, list[Part]],
                    failures: dict[str, list[Part]], failed: dict[str, bool]) -> list[Part]:
     """The markdown from the report's head (``suite``, ``halves``) and each half's
@@ -124,6 +139,9 @@ def markdown_parts(report: dict[str, Any], rows: dict[str, list[Part]],
     lines += [f"**Overall** — {overall or 'no missions'} (halves are never blended)", ""]
     if report.get("verified") is False:
         lines += ["Recordings were **not checked** against their seals (`--no-verify`).", ""]
+    small = too_small(report)
+    if small:
+        lines += [small, ""]
     parts: list[Part] = []
     for half, data in halves.items():
         t = data["totals"]

@@ -47,7 +47,8 @@ def test_every_try_an_infrastructure_failure_exits_1_saying_why(suite: Path, tmp
     assert result.exit_code == 1, result.output
     last = result.output.strip().splitlines()[-1]
     assert last.startswith("Error: every one of the 8 tries was an infrastructure failure")
-    assert last.endswith("first causes: cannot reach the endpoint at http://x/v1")
+    assert last.endswith("first causes: cannot reach the endpoint at http://x/v1 "
+                         "(`evalkit doctor` says what this machine lacks)")
 
 
 #: An agent that writes a stream and gives up: a failure of the agent, not of the machine room.

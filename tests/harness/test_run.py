@@ -148,7 +148,9 @@ def test_every_infra_error_is_told_apart_from_a_failure(tmp_path: Path) -> None:
     verdicts = {v["key"]: v for v in read_json(out / "report.json")["verdicts"]}
     assert verdicts["t0"]["category"] == "pass"
     assert verdicts["t1"]["category"] == "infra"
-    assert verdicts["t1"]["infra"] == "zero_events: the agent wrote no record (exit code 1)"
+    # The kind, then the cause an operator can act on: the agent's last line on stderr.
+    assert verdicts["t1"]["infra"] == ("zero_events: the agent wrote no record (exit code 1); "
+                                       "the agent's last words on stderr: nothing to say")
     assert verdicts["t2"]["category"] == "infra"
     assert verdicts["t2"]["infra"] == "endpoint_failure: model foreign/m failed: HTTP 500: boom"
     cats = read_json(out / "report.json")["halves"]["train"]["categories"]
@@ -168,7 +170,7 @@ def test_an_agent_that_cannot_be_started_is_an_infra_error(suite: Path, tmp_path
 
 
 def test_an_ungradeable_suite_is_refused_before_anything_is_spawned(tmp_path: Path) -> None:
-    suite = foreign_suite(tmp_path / "thin.yaml", train=5, test=1)
+    suite = foreign_suite(tmp_path / "thin.yaml", train=8, test=1)  # 8+: the split is a rule
     out = tmp_path / "out"
     result = invoke("run", "--suite", suite, "--out", out, "--", *FOREIGN)
     assert result.exit_code == 1

@@ -109,3 +109,36 @@ def test_the_diff_renders_in_chromium(browser, folders, tmp_path):
     assert "4,218,000" in browser.evaluate("document.body.innerText")
     shutil.copy(browser.screenshot(tmp_path / "diff.png", full_page=True),
                 ARTIFACTS / "diff.png")
+
+
+@needs_chromium
+def test_transcripts_open_filter_and_search_without_overflow(browser, folders):
+    """A person's path through the transcripts: open one from the missions table, keep only
+    the failures, search a mission; at a desktop and a phone width nothing runs off sideways."""
+    page = write(report_html(folder_reader.load(folders["run"])), folders["root"] / "run-t.html")
+    for width in (1400, 500):
+        browser.open(page.resolve().as_uri(), width=width)
+        assert browser.console_errors() == []
+        overflow = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        assert browser.evaluate(overflow) <= 0, f"horizontal overflow at {width} px"
+        total = browser.evaluate("document.querySelectorAll('#train details.transcript').length")
+        assert total == 5
+        # A failed cell of the missions table opens its transcript.
+        browser.evaluate("document.querySelector('#train table.missions a.chip.fail').click()")
+        opened = browser.evaluate("location.hash && document.querySelector(location.hash).open")
+        assert opened is True
+        assert "called mcp.echo" in browser.evaluate(
+            "document.querySelector(location.hash).innerText")
+        assert browser.evaluate(overflow) <= 0, f"an open transcript overflows at {width} px"
+        visible = ("Array.from(document.querySelectorAll('#train details.transcript'))"
+                   ".filter(t => t.offsetParent !== null).map(t => t.dataset.key)")
+        browser.evaluate("(() => { const s = document.querySelector('#train .tstatus');"
+                         " s.value = 'notpass'; s.dispatchEvent(new Event('change')); })()")
+        assert browser.evaluate(visible) == ["t1"]
+        browser.evaluate("(() => { const s = document.querySelector('#train .tstatus');"
+                         " s.value = ''; s.dispatchEvent(new Event('change'));"
+                         " const q = document.querySelector('#train .tsearch');"
+                         " q.value = 'T3'; q.dispatchEvent(new Event('input')); })()")
+        assert browser.evaluate(visible) == ["t3"]
+        assert browser.console_errors() == []
+        browser.screenshot(ARTIFACTS / f"transcripts-{width}.png", full_page=width == 500)
