@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import pyarrow as pa
@@ -49,6 +49,9 @@ from evalkit.store.ingest.batch import Converted, Derivation, convert
 from evalkit.store.ingest.folders import Streams, discover, walk
 from evalkit.store.ingest.writers import Writers
 from evalkit.store.layout import EVENTS_FILE, MODEL_FILE, TOOLS_FILE, as_text
+
+if TYPE_CHECKING:
+    from evalkit.store.seal import Checker
 
 #: Bytes of JSONL converted at once: big enough that per-batch costs vanish (a
 #: batch's tables also cross a pipe from a worker), small enough that what a batch
@@ -158,10 +161,10 @@ def ingest(root: Path, out: Path | None = None, *,
         kept: list[str] = []
         runs = walk(root, skip=out, keep=gather.names if gather is not None else frozenset(),
                     kept=kept)
-        runs = streams.note(runs) if sealed is None else sealed.note(streams.note(runs))
+        runs = streams.note(runs)
         with collector_paused():  # parsed lines form no cycles; its passes were a seventh of the CPU
             n_runs, n_events, n_bytes = _convert_runs(root, runs, tmp, batch_bytes,
-                                                      workers, derive)
+                                                      workers, derive, sealed)
         if not n_runs and earlier:
             raise EvalkitError(f"found no run directory (one holding {EVENTS_FILE}) under {root}; "
                                f"the dataset at {out} ({earlier} runs) is left as it was")
@@ -202,14 +205,22 @@ def _batches(runs: Iterator[str], batch_bytes: int) -> Iterator[list[str]]:
 
 def _size(run: str) -> int:
     """The bytes of JSONL a run directory (or an events file in the root) holds."""
-    paths = [os.path.join(run, name) for name in (EVENTS_FILE, MODEL_FILE, TOOLS_FILE)]
     size = 0
-    for path in paths if os.path.isdir(run) else [run]:
+    for path in (f"{run}/{EVENTS_FILE}", f"{run}/{MODEL_FILE}", f"{run}/{TOOLS_FILE}"):
         try:
             size += os.stat(path).st_size
+        except NotADirectoryError:  # ``run`` is an events file
+            return _stat_size(run)
         except OSError:
             pass
     return size
+
+
+def _stat_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 @dataclass
@@ -218,6 +229,7 @@ class _Job:
 
     root: Path
     derive: Derivation | None
+    checker: Checker | None
     #: Where a worker process leaves a batch's tables, and which process is not one.
     scratch: str
     parent: int
@@ -230,7 +242,7 @@ def _convert(job: _Job, item: tuple[int, list[str]]) -> Converted:
     copy each way, where pickling them through the pool's pipe took four, and as
     much CPU as converting the model and tool calls."""
     number, dirs = item
-    done = convert(job.root, dirs, job.derive)
+    done = convert(job.root, dirs, job.derive, job.checker)
     if os.getpid() != job.parent:
         done.tables = [(name, _spill(table, f"{job.scratch}/{number}.{i}"))
                        for i, (name, table) in enumerate(done.tables)]
@@ -255,7 +267,8 @@ def _tables(done: Converted) -> list[tuple[str, pa.Table]]:
 
 
 def _convert_runs(root: Path, runs: Iterator[str], folder: Path, batch_bytes: int,
-                  workers: int | None, derive: Derivation | None) -> tuple[int, int, int]:
+                  workers: int | None, derive: Derivation | None, sealed: Sealed | None
+                  ) -> tuple[int, int, int]:
     """Convert the run directories ``runs`` into the tables of ``folder``: (runs, events,
     bytes read).
 
@@ -273,12 +286,15 @@ def _convert_runs(root: Path, runs: Iterator[str], folder: Path, batch_bytes: in
     scratch.mkdir()
     writers = Writers(folder, {**ds.SCHEMAS, **(derive.schemas if derive is not None else {})})
     try:
-        job = _Job(root, derive, os.fspath(scratch), os.getpid())
+        job = _Job(root, derive, sealed.checker if sealed is not None else None,
+                   os.fspath(scratch), os.getpid())
         for done in parallel.ordered(_convert, enumerate(batches), shared=job, workers=workers):
             for name, table in _tables(done):
                 writers.write(name, table)
             for i, n in enumerate((done.runs, done.events, done.nbytes)):
                 totals[i] += n
+            if sealed is not None:
+                sealed.add(done.seals)
         writers.close()
     finally:
         writers.close(flush=False)  # after a failure: the folder is thrown away
@@ -287,32 +303,23 @@ def _convert_runs(root: Path, runs: Iterator[str], folder: Path, batch_bytes: in
 
 
 class Sealed:
-    """Each stream the walk finds, checked against its seal (``evalkit.store.seal``)."""
+    """Each stream checked against its seal (``evalkit.store.seal``) by whichever process
+    converts it, from the bytes it read to convert (the seals above the root are read
+    once, here, before the workers fork); the words and the altered streams, tallied."""
 
     def __init__(self, root: Path) -> None:
         from evalkit.store.seal import Checker
 
-        self.root = os.fspath(root)
         self.checker = Checker.for_scoring([root])
+        self.checker.warm(root)
         self.altered: dict[str, str] = {}
         self.counts: dict[str, int] = {}
 
-    def note(self, runs: Iterator[str]) -> Iterator[str]:
-        from evalkit.store.reader import file_bytes
-
-        for run in runs:
-            path = run if os.path.isfile(run) else os.path.join(run, EVENTS_FILE)
-            try:
-                data = file_bytes(Path(path))
-            except EvalkitError:
-                data = None
-            if data is not None:
-                check = self.checker.stream(Path(path), data)
-                self.counts[check.word] = self.counts.get(check.word, 0) + 1
-                if check.tampered:
-                    rel = as_text(os.path.relpath(path, self.root).replace(os.sep, "/"))
-                    self.altered[rel] = check.reason()
-            yield run
+    def add(self, seals: list[tuple[str, str, str | None]]) -> None:
+        for events_path, word, altered in seals:
+            self.counts[word] = self.counts.get(word, 0) + 1
+            if altered is not None:
+                self.altered[events_path] = altered
 
     def manifest(self) -> dict[str, Any]:
         return {ds.ALTERED: dict(sorted(self.altered.items())), ds.SEALS: self.counts}

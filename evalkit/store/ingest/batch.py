@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import pyarrow as pa
@@ -24,6 +24,9 @@ from evalkit.errors import EvalkitError
 from evalkit.store import dataset as ds
 from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE, as_text
 from evalkit.store.reader import StreamRead, file_bytes, parse_bytes
+
+if TYPE_CHECKING:
+    from evalkit.store.seal import Checker
 
 
 class Derivation(Protocol):
@@ -58,6 +61,9 @@ class Converted:
     events: int
     nbytes: int
     tables: list[tuple[str, pa.Table | str]]
+    #: Each stream checked against its seal: (events path, the check's word, why it
+    #: counts as altered, or None).
+    seals: list[tuple[str, str, str | None]]
 
 
 def _names(schema: pa.Schema, keys: int) -> list[str]:
@@ -146,14 +152,17 @@ def _in_run(run: str, name: str) -> str:
 _Columns = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def convert(root: Path, dirs: list[str], derive: Derivation | None = None) -> Converted:
-    """Read and convert the run directories ``dirs`` (paths as ``folders.walk`` gives them)."""
+def convert(root: Path, dirs: list[str], derive: Derivation | None = None,
+            checker: Checker | None = None) -> Converted:
+    """Read and convert the run directories ``dirs`` (paths as ``folders.walk`` gives them);
+    ``checker`` checks each stream against its seal from the bytes read to convert it."""
     top = os.fspath(root)
     events = _Table(ds.EVENTS_SCHEMA, _EVENT_NAMES)
     calls = {MODEL_FILE: (_Table(ds.MODEL_SCHEMA, _MODEL_NAMES), ds.model_columns),
              TOOLS_FILE: (_Table(ds.TOOL_SCHEMA, _TOOL_NAMES), ds.tool_columns)}
     runs: list[dict[str, Any]] = []
     folded: list[Any] = []
+    seals: list[tuple[str, str, str | None]] = []
     event_columns = ds.event_columns
     nbytes = 0
     for base in dirs:
@@ -166,6 +175,9 @@ def convert(root: Path, dirs: list[str], derive: Derivation | None = None) -> Co
             raise EvalkitError(f"cannot read {stream}: it vanished during ingest")
         nbytes += len(data)
         events_path = run if bare else _in_run(run, EVENTS_FILE)
+        if checker is not None:
+            check = checker.stream(stream, data)
+            seals.append((events_path, check.word, check.reason() if check.tampered else None))
         read = parse_bytes(Path(stream), data)
         envelopes = read.envelopes
         rows = [event_columns(record, envelopes.get(i))
@@ -187,7 +199,7 @@ def convert(root: Path, dirs: list[str], derive: Derivation | None = None) -> Co
         tables += derive(events_table, runs_table, folded)
     tables += [(name, table.table()) for name, (table, _) in
                (("model_calls", calls[MODEL_FILE]), ("tool_calls", calls[TOOLS_FILE]))]
-    return Converted(len(runs), len(events_table), nbytes, tables)
+    return Converted(len(runs), len(events_table), nbytes, tables, seals)
 
 
 def _calls(table: _Table, columns: _Columns, run: str, base: str, name: str) -> int:
