@@ -53,9 +53,9 @@ from evalkit.store.layout import EVENTS_FILE, MODEL_FILE, TOOLS_FILE, as_text
 if TYPE_CHECKING:
     from evalkit.store.seal import Checker
 
-#: Bytes of JSONL converted at once: big enough that per-batch costs vanish (a
-#: batch's tables also cross a pipe from a worker), small enough that what a batch
-#: builds stays in warm memory and the workers finish close together.
+#: Bytes of JSONL converted at once: big enough that per-batch costs vanish,
+#: small enough that what a batch builds stays in warm memory and the workers
+#: finish close together.
 BATCH_BYTES = 24 * 2**20
 #: Runs in a batch at most, however small they are.
 BATCH_RUNS = 4000
@@ -135,7 +135,7 @@ def ingest(root: Path, out: Path | None = None, *,
     process alone); however many there are, the tables come out as one process
     would write them. ``derive`` adds tables computed from each batch,
     ``gather`` tables made from other files of the tree. Each stream is checked
-    against its seal as the walk finds it (``verify``); the manifest names those
+    against its seal as it is converted (``verify``); the manifest names those
     altered after they were closed, which scoring from the dataset then refuses.
     """
     started = time.perf_counter()
