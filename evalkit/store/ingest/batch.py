@@ -66,22 +66,13 @@ class Converted:
     seals: list[tuple[str, str, str | None]]
 
 
-def _names(schema: pa.Schema, keys: int) -> list[str]:
-    return schema.names[keys:]
-
-
-#: The columns each reference function gives, in table order (after the key columns).
-_EVENT_NAMES = _names(ds.EVENTS_SCHEMA, 3)
-_MODEL_NAMES = _names(ds.MODEL_SCHEMA, 3)
-_TOOL_NAMES = _names(ds.TOOL_SCHEMA, 3)
-
-
 class _Table:
     """The rows of one table across a batch: key columns, then the reference's columns."""
 
-    def __init__(self, schema: pa.Schema, names: list[str]) -> None:
-        self.schema, self.names = schema, names
-        self.values = itemgetter(*names)
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.names = schema.names[3:]  # after run, path and line: what the reference gives
+        self.values = itemgetter(*self.names)
         self.run: list[str] = []
         self.path: list[str] = []
         self.line: list[int] = []
@@ -157,9 +148,9 @@ def convert(root: Path, dirs: list[str], derive: Derivation | None = None,
     """Read and convert the run directories ``dirs`` (paths as ``folders.walk`` gives them);
     ``checker`` checks each stream against its seal from the bytes read to convert it."""
     top = os.fspath(root)
-    events = _Table(ds.EVENTS_SCHEMA, _EVENT_NAMES)
-    calls = {MODEL_FILE: (_Table(ds.MODEL_SCHEMA, _MODEL_NAMES), ds.model_columns),
-             TOOLS_FILE: (_Table(ds.TOOL_SCHEMA, _TOOL_NAMES), ds.tool_columns)}
+    events = _Table(ds.EVENTS_SCHEMA)
+    calls = {MODEL_FILE: (_Table(ds.MODEL_SCHEMA), ds.model_columns),
+             TOOLS_FILE: (_Table(ds.TOOL_SCHEMA), ds.tool_columns)}
     runs: list[dict[str, Any]] = []
     folded: list[Any] = []
     seals: list[tuple[str, str, str | None]] = []
