@@ -140,48 +140,42 @@ def dumps(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+#: The ``events`` columns read from the record's field of the same name, and how each is
+#: read. Every reader reads null as null, so a field the record lacks is a null column.
+_EVENT_FIELDS: dict[str, Any] = {
+    "event": text, "branch": text, "index": integer, "tool": text, "call": integer,
+    "ok": flag, "repairing": flag, "ran": flag, "grounded": flag, "verified": flag,
+    "repairs": real, "outcome": text, "reason": text, "steps": real, "max_steps": real,
+    "elapsed_s": real, "text": text, "run_id": text, "protocol": text, "profile": text,
+    "sandbox": text, "objective": text,
+}
+#: The columns read from the record's ``usage`` object, each as ``real``.
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "calls", "cost")
+_NULL_ROW = (*_EVENT_FIELDS, *_USAGE_FIELDS)
+
+
 def event_columns(record: Mapping[str, Any], envelope: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The typed ``events`` columns of one record (``envelope``: the line's, if any)."""
+    """The typed ``events`` columns of one record (``envelope``: the line's, if any).
+
+    Only the fields the record has are read (a record has a handful of the thirty):
+    ingest computes this for every record it stores."""
+    row: dict[str, Any] = dict.fromkeys(_NULL_ROW)
+    for name in _EVENT_FIELDS.keys() & record.keys():
+        row[name] = _EVENT_FIELDS[name](record[name])
     env = envelope or {}
-    get = record.get  # some thirty lookups a record, for every record ingested
-    budget = get("budget")
-    usage = _dict(get("usage"))
-    return {
-        "seq": integer(env.get("seq")),
-        "at": text(env.get("at")),
-        "event": text(get("event")),
-        "branch": text(get("branch")),
-        "index": integer(get("index")),
-        "tool": text(get("tool")),
-        "call": integer(get("call")),
-        "ok": flag(get("ok")),
-        "has_plan": "plan" in record,
-        "injected_truthy": bool(get("injected")),
-        "repairing": flag(get("repairing")),
-        "ran": flag(get("ran")),
-        "grounded": flag(get("grounded")),
-        "verified": flag(get("verified")),
-        "repairs": real(get("repairs")),
-        "outcome": text(get("outcome")),
-        "reason": text(get("reason")),
-        "steps": real(get("steps")),
-        "max_steps": real(get("max_steps")),
-        "elapsed_s": real(get("elapsed_s")),
-        "budget_which": text(budget.get("which")) if isinstance(budget, dict) else text(budget),
-        "prompt_tokens": real(usage.get("prompt_tokens")),
-        "completion_tokens": real(usage.get("completion_tokens")),
-        "total_tokens": real(usage.get("total_tokens")),
-        "calls": real(usage.get("calls")),
-        "cost": real(usage.get("cost")),
-        "text": text(get("text")),
-        "run_id": text(get("run_id")),
-        "protocol": text(get("protocol")),
-        "profile": text(get("profile")),
-        "sandbox": text(get("sandbox")),
-        "objective": text(get("objective")),
-        "problems": conforms(record),
-        "record": dumps(record),
-    }
+    row["seq"] = integer(env.get("seq"))
+    row["at"] = text(env.get("at"))
+    row["has_plan"] = "plan" in record
+    row["injected_truthy"] = bool(record.get("injected"))
+    budget = record.get("budget")
+    row["budget_which"] = text(budget.get("which")) if isinstance(budget, dict) else text(budget)
+    usage = record.get("usage")
+    if isinstance(usage, dict):
+        for name in _USAGE_FIELDS:
+            row[name] = real(usage.get(name))
+    row["problems"] = conforms(record)
+    row["record"] = dumps(record)
+    return row
 
 
 def model_columns(record: Mapping[str, Any]) -> dict[str, Any]:

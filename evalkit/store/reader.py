@@ -151,7 +151,7 @@ def read_events_file(path: Path) -> StreamRead:
     return parse_bytes(path, data)
 
 
-def file_bytes(path: Path) -> bytes | None:
+def file_bytes(path: Path | str) -> bytes | None:
     """A recorded file's bytes, None when there is none; anything else that stops the read
     is one sentence. A folder or a FIFO where the file belongs is refused: a FIFO, read,
     waits for a writer for ever, so it is opened without waiting and looked at first."""

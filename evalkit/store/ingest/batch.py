@@ -93,10 +93,6 @@ class _Table:
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
-def _read(path: str) -> bytes | None:
-    return file_bytes(Path(path))
-
-
 def _meta_fields(meta: str | None) -> tuple[str | None, str | None]:
     """(run_id, objective) from meta.json text, for runs whose stream does not say."""
     if meta is None:
@@ -161,7 +157,7 @@ def convert(root: Path, dirs: list[str], derive: Derivation | None = None,
         run = as_text(base[len(top):].lstrip(os.sep).replace(os.sep, "/") or ".")
         bare = not os.path.isdir(base)  # an events file directly in the root (``walk``)
         stream = base if bare else os.path.join(base, EVENTS_FILE)
-        data = _read(stream)
+        data = file_bytes(stream)
         if data is None:
             raise EvalkitError(f"cannot read {stream}: it vanished during ingest")
         nbytes += len(data)
@@ -180,7 +176,7 @@ def convert(root: Path, dirs: list[str], derive: Derivation | None = None,
         if not bare:
             for name, (table, columns) in calls.items():
                 nbytes += _calls(table, columns, run, base, name)
-            found = _read(os.path.join(base, META_FILE))
+            found = file_bytes(os.path.join(base, META_FILE))
             meta = found.decode("utf-8", "replace") if found is not None else None
         runs.append(_run_row(run, events_path, read, rows, meta))
     events_table = events.table()
@@ -198,7 +194,7 @@ def _calls(table: _Table, columns: _Columns, run: str, base: str, name: str) -> 
 
     Such a line is one call as its object says, envelope-shaped or not: the reader's
     records, with what it unwrapped put back."""
-    data = _read(os.path.join(base, name))
+    data = file_bytes(os.path.join(base, name))
     if data is None:
         return 0
     read = parse_bytes(Path(base, name), data)
