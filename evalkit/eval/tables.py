@@ -120,8 +120,8 @@ class SummaryDerivation:
         # computes, for a fifth of what the aggregate query costs here.
         return summarize(records, lines, source=events_path, skipped=skipped)
 
-    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table, runs: pa.Table,
-                 folded: list[RunSummary]) -> list[tuple[str, pa.Table]]:
+    def __call__(self, events: pa.Table, runs: pa.Table, folded: list[RunSummary]
+                 ) -> list[tuple[str, pa.Table]]:
         paths = runs.column("events_path").to_pylist()
         return [(SUMMARIES, _summaries_table(dict(zip(paths, folded, strict=True))))]
 

@@ -4,9 +4,8 @@ A dataset is derived from JSONL and must say exactly what the JSONL reader
 says. The plain Python functions here build a row from a record the way
 ``evalkit.store.reader`` and ``evalkit.eval.summary`` read it: lines parsed
 by orjson, envelopes unwrapped by ``reader.unwrap``, values read through
-``evalkit.store.values`` (``text``, ``number``, ``flag``). ``evalkit.store.ingest`` computes most rows with these very
-functions (column by column, over the lines orjson writes back unchanged) and
-the rest in DuckDB SQL, which is checked against, and falls back to, them.
+``evalkit.store.values`` (``text``, ``number``, ``flag``). ``evalkit.store.ingest``
+computes every row with these very functions.
 
 Numbers are stored as DOUBLE (a column has one type); integers beyond 2**53
 lose precision there, so a consumer needing them exactly reads ``record``.
@@ -14,6 +13,7 @@ lose precision there, so a consumer needing them exactly reads ``record``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -109,6 +109,8 @@ def classify(line: str) -> tuple[str, dict[str, Any] | None, dict[str, Any] | No
 
 def integer(value: Any) -> int | None:
     """A field read as a 64-bit integer: ``number`` when it is integral and fits, else null."""
+    if value is None:  # most fields of most records are absent: answered first
+        return None
     found = number(value)
     if isinstance(found, int) and -(2**63) <= found < 2**63:
         return found
@@ -117,6 +119,8 @@ def integer(value: Any) -> int | None:
 
 def real(value: Any) -> float | None:
     """A field read as a DOUBLE column value (``number``, then float)."""
+    if value is None:
+        return None
     found = number(value)
     return None if found is None else float(found)
 
@@ -126,51 +130,52 @@ def _dict(value: Any) -> Mapping[str, Any]:
 
 
 def dumps(value: Any) -> str:
-    """Compact JSON text, as the ``record`` column keeps it."""
-    return orjson.dumps(value).decode()
+    """Compact JSON text, as the ``record`` column keeps it: orjson's, which for a line
+    the run store wrote is the line itself (or the record cut out of its envelope).
+    A record nested deeper than orjson writes (the reader reads deeper) is written by
+    the standard library in the same compact form."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+#: The ``events`` columns read from the record's field of the same name, and how each is
+#: read. Every reader reads null as null, so a field the record lacks is a null column.
+_EVENT_FIELDS: dict[str, Any] = {
+    "event": text, "branch": text, "index": integer, "tool": text, "call": integer,
+    "ok": flag, "repairing": flag, "ran": flag, "grounded": flag, "verified": flag,
+    "repairs": real, "outcome": text, "reason": text, "steps": real, "max_steps": real,
+    "elapsed_s": real, "text": text, "run_id": text, "protocol": text, "profile": text,
+    "sandbox": text, "objective": text,
+}
+#: The columns read from the record's ``usage`` object, each as ``real``.
+_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "calls", "cost")
+_NULL_ROW = (*_EVENT_FIELDS, *_USAGE_FIELDS)
 
 
 def event_columns(record: Mapping[str, Any], envelope: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The typed ``events`` columns of one record (the reference for the SQL path)."""
+    """The typed ``events`` columns of one record (``envelope``: the line's, if any).
+
+    Only the fields the record has are read (a record has a handful of the thirty):
+    ingest computes this for every record it stores."""
+    row: dict[str, Any] = dict.fromkeys(_NULL_ROW)
+    for name in _EVENT_FIELDS.keys() & record.keys():
+        row[name] = _EVENT_FIELDS[name](record[name])
     env = envelope or {}
+    row["seq"] = integer(env.get("seq"))
+    row["at"] = text(env.get("at"))
+    row["has_plan"] = "plan" in record
+    row["injected_truthy"] = bool(record.get("injected"))
     budget = record.get("budget")
-    usage = _dict(record.get("usage"))
-    return {
-        "seq": integer(env.get("seq")),
-        "at": text(env.get("at")),
-        "event": text(record.get("event")),
-        "branch": text(record.get("branch")),
-        "index": integer(record.get("index")),
-        "tool": text(record.get("tool")),
-        "call": integer(record.get("call")),
-        "ok": flag(record.get("ok")),
-        "has_plan": "plan" in record,
-        "injected_truthy": bool(record.get("injected")),
-        "repairing": flag(record.get("repairing")),
-        "ran": flag(record.get("ran")),
-        "grounded": flag(record.get("grounded")),
-        "verified": flag(record.get("verified")),
-        "repairs": real(record.get("repairs")),
-        "outcome": text(record.get("outcome")),
-        "reason": text(record.get("reason")),
-        "steps": real(record.get("steps")),
-        "max_steps": real(record.get("max_steps")),
-        "elapsed_s": real(record.get("elapsed_s")),
-        "budget_which": text(budget.get("which")) if isinstance(budget, dict) else text(budget),
-        "prompt_tokens": real(usage.get("prompt_tokens")),
-        "completion_tokens": real(usage.get("completion_tokens")),
-        "total_tokens": real(usage.get("total_tokens")),
-        "calls": real(usage.get("calls")),
-        "cost": real(usage.get("cost")),
-        "text": text(record.get("text")),
-        "run_id": text(record.get("run_id")),
-        "protocol": text(record.get("protocol")),
-        "profile": text(record.get("profile")),
-        "sandbox": text(record.get("sandbox")),
-        "objective": text(record.get("objective")),
-        "problems": conforms(record),
-        "record": dumps(record),
-    }
+    row["budget_which"] = text(budget.get("which")) if isinstance(budget, dict) else text(budget)
+    usage = record.get("usage")
+    if isinstance(usage, dict):
+        for name in _USAGE_FIELDS:
+            row[name] = real(usage.get(name))
+    row["problems"] = conforms(record)
+    row["record"] = dumps(record)
+    return row
 
 
 def model_columns(record: Mapping[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,10 @@ class StreamRead:
     records: list[dict[str, Any]] = field(default_factory=list)
     #: 1-based file line of each record, parallel to ``records``.
     lines: list[int] = field(default_factory=list)
+    #: The envelope each unwrapped record came in, by the record's index: the dataset
+    #: keeps an envelope's ``seq`` and ``at``, and reads model and tool recordings as
+    #: the objects their lines hold, so ingest needs what unwrapping set aside.
+    envelopes: dict[int, dict[str, Any]] = field(default_factory=dict)
     blank: int = 0
     torn: int = 0
     non_object: int = 0
@@ -48,6 +52,12 @@ def parse_line(line: str | bytes) -> dict[str, Any] | None | str:
     The reason is ``"torn"`` (not JSON) or ``"non_object"`` (JSON, but not an
     object). An envelope is unwrapped to the record it carries.
     """
+    found = _line_object(line)
+    return unwrap(found) if type(found) is dict else found
+
+
+def _line_object(line: str | bytes) -> dict[str, Any] | None | str:
+    """``parse_line`` short of unwrapping: the line's own object (envelope or record)."""
     if not line.strip():
         return None
     try:
@@ -56,7 +66,7 @@ def parse_line(line: str | bytes) -> dict[str, Any] | None | str:
         return "torn"
     if not isinstance(value, dict):
         return "non_object"
-    return unwrap(value)
+    return value
 
 
 def loads(line: str | bytes) -> Any:
@@ -141,7 +151,7 @@ def read_events_file(path: Path) -> StreamRead:
     return parse_bytes(path, data)
 
 
-def file_bytes(path: Path) -> bytes | None:
+def file_bytes(path: Path | str) -> bytes | None:
     """A recorded file's bytes, None when there is none; anything else that stops the read
     is one sentence. A folder or a FIFO where the file belongs is refused: a FIFO, read,
     waits for a writer for ever, so it is opened without waiting and looked at first."""
@@ -152,10 +162,17 @@ def file_bytes(path: Path) -> bytes | None:
     except OSError as exc:
         raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise EvalkitError(f"{path} is not a regular file")
-        with open(fd, "rb", closefd=False) as file:
-            return file.read()
+        # Plain reads, not a file object (which adds three system calls and a second
+        # read): ingest and scoring read several small files a run. Reading a byte past
+        # the size finds the end at once; a file that changed size meanwhile is read on.
+        chunks = [os.read(fd, info.st_size + 1)]
+        if len(chunks[0]) != info.st_size:
+            while chunks[-1]:
+                chunks.append(os.read(fd, 1 << 20))
+        return b"".join(chunks)
     except OSError as exc:
         raise EvalkitError(f"cannot read {path}: {exc.strerror or exc}") from None
     finally:
@@ -180,7 +197,7 @@ def _parse(source: Path, pieces: list[str] | list[bytes]) -> StreamRead:
     """``parse_line`` over every line, inlined for the common line (a JSON object)
     because this loop runs once per line of every scored run."""
     read = StreamRead(source=source)
-    records, lines = read.records, read.lines
+    records, lines, envelopes = read.records, read.lines, read.envelopes
     if not pieces[-1]:
         pieces.pop()  # the newline that ends the last line starts no new line
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
@@ -197,10 +214,11 @@ def _parse(source: Path, pieces: list[str] | list[bytes]) -> StreamRead:
             if type(value) is not dict:
                 read.non_object += 1
                 continue
-            if "seq" in value and "event" not in value:  # ``unwrap``, inlined
-                inner = value.get("record")
-                if type(inner) is dict:
-                    value = inner
+        if "seq" in value and "event" not in value:  # ``unwrap``, inlined
+            inner = value.get("record")
+            if type(inner) is dict:
+                envelopes[len(records)] = value
+                value = inner
         records.append(value)
         lines.append(number)
     return read
@@ -208,8 +226,9 @@ def _parse(source: Path, pieces: list[str] | list[bytes]) -> StreamRead:
 
 def _parse_refused(read: StreamRead, line: str | bytes) -> dict[str, Any] | None:
     """A line orjson refused, read by ``parse_line`` as text: counted when it is
-    blank or torn; its record when only its bytes were bad (not UTF-8)."""
-    parsed = parse_line(line if isinstance(line, str) else line.decode("utf-8", "replace"))
+    blank or torn; its object (not unwrapped yet) when only its bytes were bad
+    (not UTF-8) or JSON's grammar allows what orjson does not."""
+    parsed = _line_object(line if isinstance(line, str) else line.decode("utf-8", "replace"))
     if type(parsed) is dict:
         return parsed
     if parsed is None:

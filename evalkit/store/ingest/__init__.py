@@ -1,49 +1,27 @@
 """``evalkit ingest``: run directories -> a Parquet dataset DuckDB can read.
 
-A dataset must say exactly what the JSONL reader says; ``evalkit.store.dataset``
-holds the reference meaning of every column. Two paths get there:
+A dataset must say exactly what the JSONL reader says, so there is one way in:
+every file is read by the reader ``score --runs`` uses, and every column is the
+value of its reference function in ``evalkit.store.dataset``; DuckDB only reads
+the result. The ``record`` text is orjson's serialisation of the record the
+reader read (``dataset.dumps``): for a line the run store wrote, that is the
+line itself, or the record cut out of its envelope.
 
-* The fast path reads every line with orjson, the reader's own parser, and
-  takes the records whose line is exactly the text ``orjson.dumps`` writes
-  back for them (what the run store writes). For those nothing is in doubt:
-  the columns are the reference functions' values, computed column by column,
-  and the ``record`` text is the line (an envelope's record cut out of it).
-  Blank, torn and non-object lines are counted as the reader counts them.
-* Every other record line (other spacing or number spellings, duplicate keys,
-  NaN…) goes to DuckDB SQL, which splits lines, validates JSON, unwraps
-  envelopes and extracts typed columns. The few lines where DuckDB's JSON
-  parser and orjson could disagree — NaN/Infinity literals, trailing commas,
-  overflowing or 64-bit-plus numbers, duplicate keys, non-object lines — and
-  the few records whose columns need Python's own formatting (non-conforming
-  records, non-string values in text and JSON-text fields) are flagged in SQL with cheap
-  tests and recomputed in Python by ``evalkit.store.dataset``. This path
-  decides the ``record`` text of such lines (the line, its cut-out record, or
-  DuckDB's or orjson's serialisation), so it stays the one that reads them.
+Work goes in batches of run directories so memory stays bounded. A large set is
+converted by forked worker processes (``evalkit.parallel``, a batch an item),
+and this process writes every batch's tables, in batch order, as row groups of
+one Parquet file per table, so the files are what one process would write. A
+caller may add tables derived from each batch (a ``Derivation``:
+``evalkit.eval.tables`` adds the per-run summaries scoring reads), computed while
+the batch is in memory, so nothing is read twice and this module needs to know
+nothing of scoring; and tables made once from other files of the tree that the
+walk passes by name (a ``Gathering``: ``evalkit.report.verdict_table`` adds the
+verdicts of the score reports kept beside the runs). The dataset is written to a
+temporary folder and renamed into place, so a reader never sees half of one.
 
-Work goes in batches of run directories so memory stays bounded. Large sets
-are converted by several processes (this one among them), a batch at a time;
-this process writes every batch's tables, in batch order, as row groups of
-one Parquet file per table, so the files are what one process would write.
-The other processes are plain ``python -c`` children fed over a pipe, which
-never import the caller's main module (a script need not guard its call).
-A caller may add tables derived from each batch (a ``Derivation``:
-``evalkit.eval.tables`` adds the per-run summaries scoring reads), computed
-while the batch is in memory, so nothing is read twice and this module needs
-to know nothing of scoring; and tables made once from other files of the tree
-that the walk passes by name (a ``Gathering``: ``evalkit.report.verdict_table``
-adds the verdicts of the score reports kept beside the runs). The dataset is
-written to a temporary folder and renamed into place, so a reader never sees
-half of one.
-
-Where each part lives:
-
-* ``folders``: finding run directories (a lazy walk) and reading their files;
-* ``lines``: the fast path, and the rows the SQL path gives back;
-* ``sql``: the SQL path and the DuckDB connection it runs on;
-* ``batch``: one batch of run directories -> its tables (and a ``Derivation``'s);
-* ``schedule``: handing batches to processes and writing them in order;
-* ``workers``: the worker processes;
-* ``writers``: the Parquet files, row group by row group.
+Where each part lives: ``folders``, finding run directories (a lazy walk);
+``batch``, one batch of them -> its tables (and a ``Derivation``'s);
+``writers``, the Parquet files, row group by row group.
 """
 
 from __future__ import annotations
@@ -53,23 +31,34 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import pyarrow as pa
+import pyarrow.ipc
 import pyarrow.parquet as pq
 
+from evalkit import parallel
 from evalkit.errors import EvalkitError
 from evalkit.gcpause import collector_paused
 from evalkit.store import dataset as ds
 from evalkit.store import leftovers
-from evalkit.store.ingest.batch import Derivation
-from evalkit.store.ingest.folders import Streams, discover, read_text, walk
-from evalkit.store.ingest.lines import events_table
-from evalkit.store.ingest.schedule import BATCH_BYTES, convert_runs
-from evalkit.store.ingest.sql import connect
-from evalkit.store.layout import EVENTS_FILE, as_text
+from evalkit.store.ingest.batch import Converted, Derivation, convert
+from evalkit.store.ingest.folders import Streams, discover, walk
+from evalkit.store.ingest.writers import Writers
+from evalkit.store.layout import EVENTS_FILE, MODEL_FILE, TOOLS_FILE, as_text
+
+if TYPE_CHECKING:
+    from evalkit.store.seal import Checker
+
+#: Bytes of JSONL converted at once: big enough that per-batch costs vanish,
+#: small enough that what a batch builds stays in warm memory and the workers
+#: finish close together.
+BATCH_BYTES = 24 * 2**20
+#: Runs in a batch at most, however small they are.
+BATCH_RUNS = 4000
 
 
 class Gathering(Protocol):
@@ -132,7 +121,7 @@ def _remove_abandoned(out: Path) -> None:
     leftovers.remove_left_behind(out.parent, (f".{out.name}.tmp-", f".{out.name}.old-"))
 
 
-def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
+def ingest(root: Path, out: Path | None = None, *,
            batch_bytes: int = BATCH_BYTES, workers: int | None = None,
            derive: Derivation | None = None, gather: Gathering | None = None,
            verify: bool = True) -> IngestResult:
@@ -142,11 +131,11 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
     Default ``out`` is ``root/dataset.parquet``. Re-ingesting the same runs
     gives the same dataset (no timestamps inside), written to a temporary
     folder and renamed into place. ``workers`` is how many processes convert
-    batches, this one included (default: one per core, for every
-    ``RUNS_PER_WORKER`` runs); however many there are, the tables come out as
-    one process would write them. ``derive`` adds tables computed from each batch,
+    batches (default: one per core, as long as there is a batch for each; 1: this
+    process alone); however many there are, the tables come out as one process
+    would write them. ``derive`` adds tables computed from each batch,
     ``gather`` tables made from other files of the tree. Each stream is checked
-    against its seal as the walk finds it (``verify``); the manifest names those
+    against its seal as it is converted (``verify``); the manifest names those
     altered after they were closed, which scoring from the dataset then refuses.
     """
     started = time.perf_counter()
@@ -172,10 +161,10 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
         kept: list[str] = []
         runs = walk(root, skip=out, keep=gather.names if gather is not None else frozenset(),
                     kept=kept)
-        runs = streams.note(runs) if sealed is None else sealed.note(streams.note(runs))
+        runs = streams.note(runs)
         with collector_paused():  # parsed lines form no cycles; its passes were a seventh of the CPU
-            n_runs, n_events, n_bytes = convert_runs(root, runs, tmp,
-                                                     threads, batch_bytes, workers, derive)
+            n_runs, n_events, n_bytes = _convert_runs(root, runs, tmp, batch_bytes,
+                                                      workers, derive, sealed)
         if not n_runs and earlier:
             raise EvalkitError(f"found no run directory (one holding {EVENTS_FILE}) under {root}; "
                                f"the dataset at {out} ({earlier} runs) is left as it was")
@@ -200,33 +189,137 @@ def ingest(root: Path, out: Path | None = None, *, threads: int | None = None,
                         seconds=time.perf_counter() - started, gathered=gathered)
 
 
+def _batches(runs: Iterator[str], batch_bytes: int) -> Iterator[list[str]]:
+    """Consecutive run directories, about ``batch_bytes`` of JSONL at a time."""
+    batch: list[str] = []
+    size = 0
+    for run in runs:
+        batch.append(run)
+        size += _size(run)
+        if size >= batch_bytes or len(batch) >= BATCH_RUNS:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _size(run: str) -> int:
+    """The bytes of JSONL a run directory (or an events file in the root) holds."""
+    size = 0
+    for path in (f"{run}/{EVENTS_FILE}", f"{run}/{MODEL_FILE}", f"{run}/{TOOLS_FILE}"):
+        try:
+            size += os.stat(path).st_size
+        except NotADirectoryError:  # ``run`` is an events file
+            return _stat_size(run)
+        except OSError:
+            pass
+    return size
+
+
+def _stat_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+@dataclass
+class _Job:
+    """What every batch's work reads (``parallel.ordered``'s ``shared``)."""
+
+    root: Path
+    derive: Derivation | None
+    checker: Checker | None
+    #: Where a worker process leaves a batch's tables, and which process is not one.
+    scratch: str
+    parent: int
+
+
+def _convert(job: _Job, item: tuple[int, list[str]]) -> Converted:
+    """``parallel.ordered``'s work: one batch, wherever it runs.
+
+    A worker process leaves the tables as Arrow files for this process to map: one
+    copy each way, where pickling them through the pool's pipe took four, and as
+    much CPU as converting the model and tool calls."""
+    number, dirs = item
+    done = convert(job.root, dirs, job.derive, job.checker)
+    if os.getpid() != job.parent:
+        done.tables = [(name, _spill(table, f"{job.scratch}/{number}.{i}"))
+                       for i, (name, table) in enumerate(done.tables)]
+    return done
+
+
+def _spill(table: pa.Table, path: str) -> str:
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return path
+
+
+def _tables(done: Converted) -> list[tuple[str, pa.Table]]:
+    """A batch's tables, mapped from its files when a worker process left them."""
+    tables = []
+    for name, table in done.tables:
+        if isinstance(table, str):
+            path, table = table, pa.ipc.open_file(pa.memory_map(table)).read_all()
+            os.unlink(path)  # a mapped file stays readable once unlinked, till it is unmapped
+        tables.append((name, table))
+    return tables
+
+
+def _convert_runs(root: Path, runs: Iterator[str], folder: Path, batch_bytes: int,
+                  workers: int | None, derive: Derivation | None, sealed: Sealed | None
+                  ) -> tuple[int, int, int]:
+    """Convert the run directories ``runs`` into the tables of ``folder``: (runs, events,
+    bytes read).
+
+    The first batches are cut before deciding how many processes to start: a
+    process is worth forking for each batch there is, up to the cores. While the
+    workers convert the next batches, this one writes the last one.
+    """
+    batches = _batches(runs, batch_bytes)
+    if workers is None:
+        first = list(islice(batches, parallel.cores()))
+        workers = len(first)
+        batches = chain(first, batches)
+    totals = [0, 0, 0]
+    scratch = folder / ".batches"
+    scratch.mkdir()
+    writers = Writers(folder, {**ds.SCHEMAS, **(derive.schemas if derive is not None else {})})
+    try:
+        job = _Job(root, derive, sealed.checker if sealed is not None else None,
+                   os.fspath(scratch), os.getpid())
+        for done in parallel.ordered(_convert, enumerate(batches), shared=job, workers=workers):
+            for name, table in _tables(done):
+                writers.write(name, table)
+            for i, n in enumerate((done.runs, done.events, done.nbytes)):
+                totals[i] += n
+            if sealed is not None:
+                sealed.add(done.seals)
+        writers.close()
+    finally:
+        writers.close(flush=False)  # after a failure: the folder is thrown away
+        shutil.rmtree(scratch, ignore_errors=True)
+    return totals[0], totals[1], totals[2]
+
+
 class Sealed:
-    """Each stream the walk finds, checked against its seal (``evalkit.store.seal``)."""
+    """Each stream checked against its seal (``evalkit.store.seal``) by whichever process
+    converts it, from the bytes it read to convert (the seals above the root are read
+    once, here, before the workers fork); the words and the altered streams, tallied."""
 
     def __init__(self, root: Path) -> None:
         from evalkit.store.seal import Checker
 
-        self.root = os.fspath(root)
         self.checker = Checker.for_scoring([root])
+        self.checker.warm(root)
         self.altered: dict[str, str] = {}
         self.counts: dict[str, int] = {}
 
-    def note(self, runs: Iterator[str]) -> Iterator[str]:
-        from evalkit.store.reader import file_bytes
-
-        for run in runs:
-            path = run if os.path.isfile(run) else os.path.join(run, EVENTS_FILE)
-            try:
-                data = file_bytes(Path(path))
-            except EvalkitError:
-                data = None
-            if data is not None:
-                check = self.checker.stream(Path(path), data)
-                self.counts[check.word] = self.counts.get(check.word, 0) + 1
-                if check.tampered:
-                    rel = as_text(os.path.relpath(path, self.root).replace(os.sep, "/"))
-                    self.altered[rel] = check.reason()
-            yield run
+    def add(self, seals: list[tuple[str, str, str | None]]) -> None:
+        for events_path, word, altered in seals:
+            self.counts[word] = self.counts.get(word, 0) + 1
+            if altered is not None:
+                self.altered[events_path] = altered
 
     def manifest(self) -> dict[str, Any]:
         return {ds.ALTERED: dict(sorted(self.altered.items())), ds.SEALS: self.counts}
@@ -302,5 +395,4 @@ def _manifest(path: Path) -> dict[str, Any] | None:
     return found
 
 
-__all__ = ["BATCH_BYTES", "Derivation", "Gathering", "IngestResult", "connect", "discover",
-           "events_table", "ingest", "read_text"]
+__all__ = ["BATCH_BYTES", "Derivation", "Gathering", "IngestResult", "discover", "ingest"]

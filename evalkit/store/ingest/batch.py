@@ -1,43 +1,45 @@
-"""One batch of run directories, converted: its tables, ready to append.
+"""One batch of run directories -> its tables, ready to append.
 
-Run in this process or in a worker (``convert_there`` leaves the tables as
-Arrow files for this process to map).
+Each file is read as ``score --runs`` reads a stream (``reader.file_bytes``,
+``reader.parse_bytes``), so the dataset counts blank, torn and non-object
+lines as the scorer does and keeps the records it reads; every column is the
+value ``evalkit.store.dataset``'s reference function gives for the record. A
+batch is converted wherever ``evalkit.parallel`` runs it, this process or a
+worker; what comes back is plain Arrow tables.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
 import orjson
 import pyarrow as pa
 
+from evalkit.errors import EvalkitError
 from evalkit.store import dataset as ds
-from evalkit.store.ingest.folders import Batch, load_batch
-from evalkit.store.ingest.lines import events_table, lines_table
-from evalkit.store.ingest.sql import LazyConnection
-from evalkit.store.layout import MODEL_FILE, TOOLS_FILE
+from evalkit.store.layout import EVENTS_FILE, META_FILE, MODEL_FILE, TOOLS_FILE, as_text
+from evalkit.store.reader import StreamRead, file_bytes, parse_bytes
 
 if TYPE_CHECKING:
-    import duckdb
+    from evalkit.store.seal import Checker
 
 
 class Derivation(Protocol):
     """Extra tables computed from each batch: its ``events`` and ``runs`` tables, and
     ``folded``, what ``fold`` made of each events file (parallel to ``runs``).
 
-    ``fold`` is handed each events file's records as ``reader.parse_text`` reads them
-    (their file lines, and how many lines were skipped) while ingest has them parsed:
-    the one parse of the batch serves both, and nothing is read twice.
-    ``con`` is the batch's DuckDB connection, opened when first used.
-    ``schemas`` names the tables and their shapes; ``manifest`` is merged into
-    the dataset's manifest (say what version of the derivation wrote them).
-    It must be picklable: large ingests run it in worker processes, which import
-    its class by name (one defined in the caller's main script they cannot find:
-    ingest then converts everything in the caller's process).
+    ``fold`` is handed each events file's records as the reader read them (their
+    file lines, and how many lines were skipped) while ingest has them parsed: the
+    one parse of the batch serves both, and nothing is read twice. ``schemas``
+    names the tables and their shapes; ``manifest`` is merged into the dataset's
+    manifest (say what version of the derivation wrote them). Large ingests run it
+    in forked worker processes, so whatever it keeps on itself stays there: what it
+    makes must come back as its tables.
     """
 
     schemas: dict[str, pa.Schema]
@@ -46,18 +48,49 @@ class Derivation(Protocol):
     def fold(self, events_path: str, records: list[dict[str, Any]], lines: list[int],
              skipped: int) -> Any: ...
 
-    def __call__(self, con: duckdb.DuckDBPyConnection, events: pa.Table, runs: pa.Table,
-                 folded: list[Any]) -> list[tuple[str, pa.Table]]: ...
+    def __call__(self, events: pa.Table, runs: pa.Table, folded: list[Any]
+                 ) -> list[tuple[str, pa.Table]]: ...
 
 
-def _with_keys(table: pa.Table, schema: pa.Schema, keys: dict[str, list[str]]) -> pa.Table:
-    """Prefix the per-file key columns (run, paths) and drop ``fid``."""
-    fid = table.column("fid")
-    columns = {name: pa.array(values, pa.string()).take(fid) for name, values in keys.items()}
-    for name in schema.names:
-        if name not in columns:
-            columns[name] = table.column(name)
-    return pa.table([columns[n] for n in schema.names], schema=schema)
+@dataclass
+class Converted:
+    """One batch, converted: its counts and the tables to append, by name (or the Arrow
+    file a worker process left each in)."""
+
+    runs: int
+    events: int
+    nbytes: int
+    tables: list[tuple[str, pa.Table | str]]
+    #: Each stream checked against its seal: (events path, the check's word, why it
+    #: counts as altered, or None).
+    seals: list[tuple[str, str, str | None]]
+
+
+class _Table:
+    """The rows of one table across a batch: key columns, then the reference's columns."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.names = schema.names[3:]  # after run, path and line: what the reference gives
+        self.values = itemgetter(*self.names)
+        self.run: list[str] = []
+        self.path: list[str] = []
+        self.line: list[int] = []
+        self.rows: list[tuple[Any, ...]] = []
+
+    def add(self, run: str, path: str, read: StreamRead, rows: list[dict[str, Any]]) -> None:
+        self.run.extend([run] * len(rows))
+        self.path.extend([path] * len(rows))
+        self.line.extend(read.lines)
+        self.rows.extend(map(self.values, rows))
+
+    def table(self) -> pa.Table:
+        columns = list(zip(*self.rows, strict=True)) if self.rows else [()] * len(self.names)
+        arrays = [pa.array(self.run, pa.string()), pa.array(self.path, pa.string()),
+                  pa.array(self.line, pa.int32())]
+        arrays += [pa.array(values, self.schema.field(name).type)
+                   for name, values in zip(self.names, columns, strict=True)]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
 
 
 def _meta_fields(meta: str | None) -> tuple[str | None, str | None]:
@@ -75,113 +108,97 @@ def _meta_fields(meta: str | None) -> tuple[str | None, str | None]:
     return ds.text(value.get("run_id")), ds.text(objective)
 
 
-def _runs_table(events: pa.Table, batch: Batch, rels: list[str],
-                counts: dict[str, np.ndarray]) -> pa.Table:
-    """One row per run: its line counts; run_id and objective from its last
-    mission_started record (else from meta.json); whether it has a mission_finished
-    record and the outcome of the last (two starts: two missions appended to one
-    file, and the later one is the run, as the summaries read it). ``events`` rows
-    are in (fid, line) order."""
-    started: dict[int, tuple[str | None, str | None]] = {}
-    outcome: dict[int, str | None] = {}
-    kinds = events.column("event").to_pylist()
-    at = [i for i, kind in enumerate(kinds) if kind in ("mission_started", "mission_finished")]
-    if at:
-        wanted = events.select(["fid", "event", "run_id", "objective", "outcome"]).take(at)
-        for fid, event, run_id, objective, out in zip(*wanted.to_pydict().values(),
-                                                      strict=True):
-            if event == "mission_started":
-                started[fid] = (run_id, objective)
-            else:
-                outcome[fid] = out
-    rows = []
-    metas = batch.metas
-    for fid, run in enumerate(batch.runs):
-        run_id, objective = started.get(fid, (None, None))
-        meta_id, meta_objective = _meta_fields(metas[fid])
-        rows.append({
-            "run": run, "events_path": rels[fid],
-            "records": int(counts["record"][fid]), "blank": int(counts["blank"][fid]),
-            "torn": int(counts["torn"][fid]), "non_object": int(counts["non_object"][fid]),
+def _run_row(run: str, events_path: str, read: StreamRead, rows: list[dict[str, Any]],
+             meta: str | None) -> dict[str, Any]:
+    """One run's row: its line counts; run_id and objective from its last mission_started
+    record (else from meta.json); whether it has a mission_finished record and the
+    outcome of the last (two starts: two missions appended to one file, and the later
+    one is the run, as the summaries read it)."""
+    started: tuple[str | None, str | None] | None = None
+    finished, outcome = False, None
+    for row in rows:
+        event = row["event"]
+        if event == "mission_started":
+            started = (row["run_id"], row["objective"])
+        elif event == "mission_finished":
+            finished, outcome = True, row["outcome"]
+    run_id, objective = started or (None, None)
+    meta_id, meta_objective = _meta_fields(meta)
+    return {"run": run, "events_path": events_path, "records": len(read.records),
+            "blank": read.blank, "torn": read.torn, "non_object": read.non_object,
             "run_id": run_id if run_id is not None else meta_id,
             "objective": objective if objective is not None else meta_objective,
-            "finished": fid in outcome, "outcome": outcome.get(fid), "meta": metas[fid],
-        })
-    return pa.Table.from_pylist(rows, schema=ds.RUNS_SCHEMA)
+            "finished": finished, "outcome": outcome, "meta": meta}
 
 
-def _ingest_batch(con: duckdb.DuckDBPyConnection, batch: Batch,
-                  derive: Derivation | None = None) -> tuple[int, list[tuple[str, pa.Table]]]:
-    """Convert one batch: (its number of events, the tables to append)."""
-    out: list[tuple[str, pa.Table]] = []
-    rels = batch.events_paths
-    folded: list[Any] = [None] * len(rels)
-    fold = None
+def _in_run(run: str, name: str) -> str:
+    """File ``name`` of the run directory ``run`` (relative to root), relative to root."""
+    return name if run == "." else f"{run}/{name}"
+
+
+_Columns = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def convert(root: Path, dirs: list[str], derive: Derivation | None = None,
+            checker: Checker | None = None) -> Converted:
+    """Read and convert the run directories ``dirs`` (paths as ``folders.walk`` gives them);
+    ``checker`` checks each stream against its seal from the bytes read to convert it."""
+    top = os.fspath(root)
+    events = _Table(ds.EVENTS_SCHEMA)
+    calls = {MODEL_FILE: (_Table(ds.MODEL_SCHEMA), ds.model_columns),
+             TOOLS_FILE: (_Table(ds.TOOL_SCHEMA), ds.tool_columns)}
+    runs: list[dict[str, Any]] = []
+    folded: list[Any] = []
+    seals: list[tuple[str, str, str | None]] = []
+    event_columns = ds.event_columns
+    nbytes = 0
+    for base in dirs:
+        # As text that Parquet takes; the files are read by their own names (``base``).
+        run = as_text(base[len(top):].lstrip(os.sep).replace(os.sep, "/") or ".")
+        bare = not os.path.isdir(base)  # an events file directly in the root (``walk``)
+        stream = base if bare else os.path.join(base, EVENTS_FILE)
+        data = file_bytes(stream)
+        if data is None:
+            raise EvalkitError(f"cannot read {stream}: it vanished during ingest")
+        nbytes += len(data)
+        events_path = run if bare else _in_run(run, EVENTS_FILE)
+        if checker is not None:
+            check = checker.stream(stream, data)
+            seals.append((events_path, check.word, check.reason() if check.tampered else None))
+        read = parse_bytes(Path(stream), data)
+        envelopes = read.envelopes
+        rows = [event_columns(record, envelopes.get(i))
+                for i, record in enumerate(read.records)]
+        events.add(run, events_path, read, rows)
+        if derive is not None:
+            folded.append(derive.fold(events_path, read.records, read.lines, read.skipped))
+        meta = None
+        if not bare:
+            for name, (table, columns) in calls.items():
+                nbytes += _calls(table, columns, run, base, name)
+            found = file_bytes(os.path.join(base, META_FILE))
+            meta = found.decode("utf-8", "replace") if found is not None else None
+        runs.append(_run_row(run, events_path, read, rows, meta))
+    events_table = events.table()
+    runs_table = pa.Table.from_pylist(runs, schema=ds.RUNS_SCHEMA)
+    tables = [("runs", runs_table), ("events", events_table)]
     if derive is not None:
-        fold_one = derive.fold
-
-        def fold(fid: int, records: list[dict[str, Any]], lines: list[int], skipped: int
-                 ) -> None:
-            folded[fid] = fold_one(rels[fid], records, lines, skipped)
-
-    events, counts = events_table(con, batch.events, fold)
-    runs = _runs_table(events, batch, rels, counts)
-    events = _with_keys(events, ds.EVENTS_SCHEMA, {"run": batch.runs, "events_path": rels})
-    out.append(("runs", runs))
-    out.append(("events", events))
-    if derive is not None:
-        out.extend(derive(con, events, runs, folded))
-    for name, kind, contents, schema, file in (
-        ("model_calls", "model", batch.models, ds.MODEL_SCHEMA, MODEL_FILE),
-        ("tool_calls", "tools", batch.tools, ds.TOOL_SCHEMA, TOOLS_FILE),
-    ):
-        if any(c is not None for c in contents):
-            table, _ = lines_table(con, contents, kind)
-            out.append((name, _with_keys(table, schema, {"run": batch.runs,
-                                                          "path": batch.rel(file)})))
-    return len(events), out
+        tables += derive(events_table, runs_table, folded)
+    tables += [(name, table.table()) for name, (table, _) in
+               (("model_calls", calls[MODEL_FILE]), ("tool_calls", calls[TOOLS_FILE]))]
+    return Converted(len(runs), len(events_table), nbytes, tables, seals)
 
 
-@dataclass
-class Converted:
-    """One batch, converted: its tables, or where a worker process left them (Arrow files)."""
+def _calls(table: _Table, columns: _Columns, run: str, base: str, name: str) -> int:
+    """Add the lines of a run's model or tool recording; its size in bytes (0: none).
 
-    runs: int
-    events: int
-    nbytes: int
-    tables: list[tuple[str, pa.Table]] | None = None
-    files: list[tuple[str, str]] | None = None
-
-    def load(self) -> list[tuple[str, pa.Table]]:
-        if self.tables is not None:
-            return self.tables
-        assert self.files is not None
-        # Memory-mapped: the Parquet writer reads the worker's columns where they lie.
-        return [(name, pa.ipc.open_file(pa.memory_map(path)).read_all())
-                for name, path in self.files]
-
-    def discard(self) -> None:
-        for _, path in self.files or ():
-            os.unlink(path)
-
-
-def convert_here(con: duckdb.DuckDBPyConnection, root: Path, dirs: list[str],
-                  derive: Derivation | None) -> Converted:
-    batch = load_batch(root, dirs)
-    events, tables = _ingest_batch(con, batch, derive)
-    return Converted(len(batch.runs), events, batch.nbytes, tables=tables)
-
-
-def convert_there(con: LazyConnection, root: Path, dirs: list[str], derive: Derivation | None,
-                   stem: str) -> Converted:
-    """A batch converted in a worker process, its tables left as Arrow files ``stem.N``:
-    handing them over costs one copy each way, far less than pickling them through a pipe.
-    (``con`` opens DuckDB on first use: a failure there comes back as this batch's error.)"""
-    done = convert_here(con, root, dirs, derive)  # type: ignore[arg-type]
-    files = []
-    for i, (name, table) in enumerate(done.tables or ()):
-        path = f"{stem}.{i}"
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        files.append((name, path))
-    return Converted(done.runs, done.events, done.nbytes, files=files)
+    Such a line is one call as its object says, envelope-shaped or not: the reader's
+    records, with what it unwrapped put back."""
+    data = file_bytes(os.path.join(base, name))
+    if data is None:
+        return 0
+    read = parse_bytes(Path(base, name), data)
+    envelopes = read.envelopes
+    table.add(run, _in_run(run, name), read,
+              [columns(envelopes.get(i, record)) for i, record in enumerate(read.records)])
+    return len(data)

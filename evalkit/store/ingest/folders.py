@@ -1,18 +1,14 @@
-"""Finding run directories under a root, and reading their files.
+"""Finding run directories under a root (and the streams lying directly in it).
 
-The walk is lazy, so converting starts while the rest are still being found;
-reading uses plain ``os`` calls, since at four files a run the system calls
-are much of what ingest costs.
+The walk is lazy, so converting starts while the rest are still being found.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from evalkit.errors import EvalkitError
 from evalkit.store.layout import (
     EVENTS_FILE,
     LOOKED_IN_DEPTH,
@@ -187,105 +183,6 @@ def recordless(entry: os.DirEntry[str]) -> int | None:
         return None
     read = parse_bytes(Path(entry.path), data)
     return None if read.records else read.skipped
-
-
-def _read(path: str, *, required: bool = False) -> bytes | None:
-    """A file's bytes; None when it is absent.
-
-    Plain ``os`` calls: ``open()`` adds a file object and three system calls per
-    file (isatty, seek, a second fstat), a fifth of the reading at 4 files a run.
-    One read of a byte more than the size usually ends it: falling short by exactly
-    that byte shows the end was reached, with no further read to find it.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        return _absent(path, required)
-    except OSError as exc:
-        raise _unreadable(path, exc) from None
-    try:
-        size = os.fstat(fd).st_size
-        chunks = [os.read(fd, size + 1)]
-        if len(chunks[0]) == size:  # the byte past the size was not there: end of file
-            return chunks[0]
-        while chunks[-1]:  # until end of file, however the size changed meanwhile
-            chunks.append(os.read(fd, 1 << 20))
-        return b"".join(chunks) if len(chunks) > 2 else chunks[0]
-    except IsADirectoryError:
-        return _absent(path, required)
-    except OSError as exc:
-        raise _unreadable(path, exc) from None
-    finally:
-        os.close(fd)
-
-
-def _absent(path: str, required: bool) -> None:
-    if required:
-        raise EvalkitError(f"cannot read {path}: it vanished during ingest") from None
-    return None
-
-
-def _unreadable(path: str, exc: OSError) -> EvalkitError:
-    return EvalkitError(f"cannot read {path}: {exc.strerror or exc}")
-
-
-def read_text(path: str, *, required: bool = False) -> tuple[str | None, int]:
-    """(a file's text decoded as ``reader.read_events_file`` decodes it, its size in bytes);
-    (None, 0) when it is absent."""
-    data = _read(path, required=required)
-    if data is None:
-        return None, 0
-    return data.decode("utf-8", "replace"), len(data)
-
-
-@dataclass
-class Batch:
-    """The files of a run of consecutive run directories, read and decoded."""
-
-    runs: list[str]  # run directory relative to root, POSIX ("." for root itself)
-    events: list[str]
-    models: list[str | None]
-    tools: list[str | None]
-    metas: list[str | None]
-    nbytes: int
-    #: Each run's events file relative to root: its ``events.jsonl``, or the run
-    #: itself when it is an events file directly in the root.
-    events_paths: list[str]
-
-    def rel(self, name: str) -> list[str]:
-        return [_in_run(run, name) for run in self.runs]
-
-
-def _in_run(run: str, name: str) -> str:
-    """File ``name`` of the run directory ``run`` (relative to root), relative to root."""
-    return name if run == "." else f"{run}/{name}"
-
-
-def load_batch(root: Path, dirs: list[str]) -> Batch:
-    """Read the files of run directories (paths as ``walk`` gives them)."""
-    top = os.fspath(root)
-    runs, events, models, tools, metas, paths = [], [], [], [], [], []
-    nbytes = 0
-    for base in dirs:
-        # Path(base).relative_to(root).as_posix(), for a path that starts with root's.
-        # As text that Parquet takes; the files are read by their own names (``base``).
-        run = as_text(base[len(top):].lstrip(os.sep).replace(os.sep, "/") or ".")
-        runs.append(run)
-        stream = read_text(os.path.join(base, EVENTS_FILE))
-        if stream[0] is not None:
-            texts = [stream] + [read_text(os.path.join(base, name))
-                                for name in (MODEL_FILE, TOOLS_FILE, META_FILE)]
-            paths.append(_in_run(run, EVENTS_FILE))
-        elif os.path.isfile(base):  # an events file in the root (``walk``)
-            texts = [read_text(base, required=True), (None, 0), (None, 0), (None, 0)]
-            paths.append(run)
-        else:
-            raise EvalkitError(f"cannot read {os.path.join(base, EVENTS_FILE)}: "
-                               "it vanished during ingest")
-        nbytes += sum(size for _, size in texts[:3])
-        for bucket, (value, _) in zip((events, models, tools, metas), texts, strict=True):
-            bucket.append(value)
-    return Batch(runs, events, models, tools, metas, nbytes, paths)
 
 
 class Streams:
