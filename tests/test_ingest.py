@@ -465,11 +465,29 @@ class _DiesInAWorker:
 
 
 def test_a_worker_process_that_dies_fails_the_ingest(tmp_path: Path) -> None:
+    """Run in a process of its own: under pytest-xdist this process has threads, and
+    ``evalkit.parallel`` then (rightly) forks no workers at all."""
     runs = tmp_path / "runs"
     for i in range(40):
         write_stream(runs / f"m{i:02}" / "events.jsonl", good_run())
-    with pytest.raises(EvalkitError, match="worker process stopped"):
-        ingest(runs, tmp_path / "ds", workers=2, batch_bytes=1, derive=_DiesInAWorker())
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from evalkit.errors import EvalkitError\n"
+        "from evalkit.store.ingest import ingest\n"
+        "from tests.test_ingest import _DiesInAWorker\n"
+        "try:\n"
+        "    ingest(Path(sys.argv[1]), Path(sys.argv[2]), workers=2, batch_bytes=1,\n"
+        "           derive=_DiesInAWorker())\n"
+        "except EvalkitError as exc:\n"
+        "    print(exc.message)\n"
+        "    sys.exit(7)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(runs), str(tmp_path / "ds")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert "worker process stopped" in done.stdout
     assert not (tmp_path / "ds").exists() and not list(tmp_path.glob(".ds.tmp-*"))
 
 
