@@ -530,6 +530,7 @@ def to_markdown(matrix: dict[str, Any]) -> str:
                   f"bootstrap | pass@{repeat} | pass^{repeat} | stable pass / fail / flaky | "
                   "vs baseline: delta [95%], p | verdict |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        said: list[str] = []
         for name, c in cells:
             counts, vs = c["counts"], c["vs_baseline"]
             s = c["stability"]
@@ -537,7 +538,10 @@ def to_markdown(matrix: dict[str, Any]) -> str:
             if vs is not None:
                 versus = (f"{_delta(vs)}, "
                           f"p={vs['p_value']:.3g} ({vs['baseline_only']}↓ {vs['row_only']}↑)")
-                verdict = vs["verdict"]
+                verdict = stats.settle(vs["verdict"], vs["interval"])
+                why = stats.disagreement(verdict, vs["p_value"])
+                if why:
+                    said.append(f"- **{name}**: {why}")
             lines.append(
                 f"| {name} | {counts['pass']} | {counts['fail']} | {counts['missing']} | "
                 f"{counts['infra']} | {_pct(c['rate']['value'])}{_span(c['rate']['wilson'])} | "
@@ -546,9 +550,12 @@ def to_markdown(matrix: dict[str, Any]) -> str:
                 f"{_pct(c['pass_at_k'].get(str(repeat)))} | "
                 f"{_pct(c['pass_hat_k'].get(str(repeat)))} | "
                 f"{s['stable_pass']} / {s['stable_fail']} / {s['flaky']} | {versus} | {verdict} |")
+        if said:
+            lines += ["", *said]
     lines += ["", "Comparisons pair each mission with itself: its outcome on each side is the "
               "majority of its non-infra repeats; p is the exact McNemar test on the missions "
-              "that differ. A row is better or worse only when p < 0.05.", ""]
+              "that differ. A row is better or worse only when p < 0.05; suggestive, not "
+              "significant when its interval excludes 0 and p is not below 0.05.", ""]
     return "\n".join(lines)
 
 

@@ -80,6 +80,16 @@ class PairedRow:
     excluded: list[str]
     source: str
 
+    @property
+    def tone(self) -> str:
+        """The CSS class of the verdict's word (a verdict of several words is no class)."""
+        return {"better": "better", "worse": "worse", stats.SUGGESTIVE: "suggestive"}.get(
+            self.verdict, "")
+
+    @property
+    def disagreement(self) -> str | None:
+        return stats.disagreement(self.verdict, self.p_value)
+
 
 @dataclass
 class MissionRow:
@@ -246,7 +256,8 @@ def _paired(scoring: Scoring, half: str, words: dict[str, dict[str, list[str]]],
             scoring.name_of(config), int(found["missions"]), int(found["baseline_only"]),
             int(found["row_only"]), float(found["delta"]),
             _pair(found.get("interval")) or (float("nan"), float("nan")),
-            float(found["p_value"]), str(found["verdict"]),
+            float(found["p_value"]),
+            stats.settle(str(found["verdict"]), _pair(found.get("interval"))),
             str(found.get("pairing") or "paired by mission"),
             [str(k) for k in found.get("excluded") or ()], source))
     return out

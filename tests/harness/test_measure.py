@@ -273,7 +273,7 @@ def test_measure_over_the_built_in_runtime_and_scripted_agents(
     assert native["counts"]["fail"] == 3
     assert native["vs_baseline"]["baseline_only"] == 3
     assert native["vs_baseline"]["p_value"] == 0.25
-    assert native["vs_baseline"]["verdict"] == "no detectable difference"
+    assert native["vs_baseline"]["verdict"] == "suggestive, not significant"
     low, high = (round(b * 100) for b in native["vs_baseline"]["interval"])
     assert f"| -100 pts [{low:+d}, {high:+d}], p=0.25 (3↓ 0↑) |" in (out / "matrix.md").read_text()
     assert "grounding" not in split_manifest((out / "direct" / "skill.md").read_text())[0]
