@@ -59,6 +59,8 @@ class KpiRow:
     #: The agent process's wall time as the harness measured it (command.json), start-up
     #: included; None for runs the harness did not spawn (a score of recordings).
     mean_process_s: float | None = None
+    #: What this configuration fails by construction (a row without grounding).
+    caveat: str | None = None
 
     @property
     def whiskers(self) -> tuple[float, float] | None:
@@ -197,6 +199,7 @@ def _kpi_row(scoring: Scoring, config: Configuration, reps: list[list[dict[str, 
     repeat = int(cell.get("repeat") or len(reps))
     row = KpiRow(
         name=scoring.name_of(config), baseline=config.name == scoring.baseline,
+        caveat=config.caveat,
         runs=int(rate.get("n", len(flat))), missions=int(cell.get("missions", 0)),
         passed=int(rate.get("passed", 0)), missing=int(counts.get(MISSING, 0)),
         infra=int(counts.get(INFRA, 0)), rate=_number(rate.get("value")),
