@@ -87,6 +87,10 @@ class Row:
     flags: tuple[str, ...] = ()
     #: How the manifest's ``grounding:`` block is edited (one of STRIP ... PLANES).
     grounding: str = STRIP
+    #: The row changes what the model is asked (a triage call, function calls), so a
+    #: scripted agent written for the json direct loop cannot honour it: the built-in
+    #: agent runs it only from scripts shaped for it, ``<agents>/<row>/<key>.yaml``.
+    shaped: bool = False
 
     def delta(self) -> dict[str, Any]:
         return {"flags": list(self.flags), "manifest": _MANIFEST_DELTA[self.grounding]}
@@ -104,9 +108,9 @@ MATRIX: tuple[Row, ...] = (
     Row(BASELINE, "The baseline every other row is compared with: the ordinary loop, json "
                   "protocol, no grounding."),
     Row("swarm", "Does staged decomposition (triage, plan, steps, synthesis) beat the direct "
-                 "loop?", flags=("--swarm",)),
+                 "loop?", flags=("--swarm",), shaped=True),
     Row("native", "Do native function calls beat the json protocol?",
-        flags=("--protocol", "native")),
+        flags=("--protocol", "native"), shaped=True),
     Row("grounding", "Is basic grounding (identifiers and figures checked against tool output, "
                      "one repair turn) worth its calls?", grounding=BASIC),
     Row("must-cite", "Does requiring citations on top of basic grounding pay for itself?",
@@ -201,7 +205,7 @@ class RowPlan:
 
 
 def _plan_rows(suite: Suite, rows: Sequence[Row], agent: Agent, out: Path,
-               spawn: Sequence[str] | None) -> list[RowPlan]:
+               spawn: Sequence[str] | None, missions: Sequence[Mission] = ()) -> list[RowPlan]:
     source = agent.skill if agent.builtin else _spawn_manifest(suite, spawn)
     text = None
     if source is not None:
@@ -213,6 +217,16 @@ def _plan_rows(suite: Suite, rows: Sequence[Row], agent: Agent, out: Path,
     plans = []
     for row in rows:
         plan = RowPlan(row, agent.with_skill(None))
+        if row.shaped and agent.builtin:
+            unshaped = _unshaped(agent, row, missions)
+            if unshaped:
+                plan.status, plan.reason = "skipped", unshaped
+                plans.append(plan)
+                continue
+            agent_of_row = agent.shaped_for(row.name)
+        else:
+            agent_of_row = agent
+        plan.agent = agent_of_row.with_skill(None)
         if text is None:
             if row.grounding != STRIP:
                 plan.status, plan.reason = "skipped", (
@@ -228,9 +242,45 @@ def _plan_rows(suite: Suite, rows: Sequence[Row], agent: Agent, out: Path,
             folder.mkdir(parents=True, exist_ok=True)
             replace_file(folder / "skill.md", derived)
             plan.skill = f"{row.name}/skill.md"
-            plan.agent = agent.with_skill((folder / "skill.md").resolve())
+            plan.agent = agent_of_row.with_skill((folder / "skill.md").resolve())
         plans.append(plan)
     return plans
+
+
+def _unshaped(agent: Agent, row: Row, missions: Sequence[Mission]) -> str | None:
+    """Why the suite's scripted agents cannot honour ``row``, or None when they can.
+
+    Run from the direct loop's scripts, a swarm row loses each script's first reply to
+    the triage call and a native row reads json text where it wants function calls: the
+    row would report the scripts' shape, not its mechanism.
+    """
+    folder = (agent.agents or Path("agents")) / row.name
+    if folder.is_dir():
+        shaped = agent.shaped_for(row.name)
+        if not missions or any(shaped.script(m.key) for m in missions):
+            return None
+        stem = "<key>" if agent.variant is None else f"<key>.{agent.variant}"
+        return (f"{folder} holds no {stem}.yaml for these missions: this row has no scripted "
+                f"agent of the chosen variant shaped for it")
+    return (f"the suite's scripted agents are written for the json direct loop, and this row "
+            f"changes what the model is asked ({' '.join(row.flags)}); scripts shaped for it "
+            f"belong in {folder}/<key>.yaml, and there are none")
+
+
+def grounding_caveat(row: dict[str, Any], missions: Sequence[Mission]) -> str | None:
+    """What a row without grounding cannot pass, said beside the row.
+
+    ``direct`` (and every row built on it without a grounding tier) removes the manifest's
+    grounding block, so a mission that expects a grounding verdict fails there whatever
+    the agent does: a failure of the configuration, not of the agent.
+    """
+    if (row.get("delta") or {}).get("manifest") != _MANIFEST_DELTA[STRIP]:
+        return None
+    keys = [m.key for m in missions if m.settings.get("expects_grounded") is True]
+    if not keys:
+        return "grounding removed"
+    return (f"grounding removed: {', '.join(keys)} expect{'s' if len(keys) == 1 else ''} a "
+            f"grounded answer and fail{'s' if len(keys) == 1 else ''} here by construction")
 
 
 def _spawn_manifest(suite: Suite, spawn: Sequence[str] | None) -> Path | None:
@@ -267,7 +317,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
     out = fresh_folder(out, overwrite)
-    plans = _plan_rows(suite, rows, agent, out, spawn)
+    plans = _plan_rows(suite, rows, agent, out, spawn, missions)
     said: set[str] = set()
     env: dict[str, str] = {}  # what the suite's server (if any) adds to every agent's
 
@@ -305,6 +355,10 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     provenance = _provenance(suite, agent, spawn, repeat=repeat, timeout_s=timeout_s,
                              split=split, jobs=jobs, executor=executor, variant=variant)
     rows_out = [_row_entry(plan, repeat) for plan in plans]
+    for entry in rows_out:
+        caveat = grounding_caveat(entry, missions) if entry["status"] == "ran" else None
+        if caveat:
+            entry["caveat"] = caveat
     matrix = assemble(suite, out, provenance, rows_out, split, write,
                       {p.row.name: p.captures for p in plans})
     return MeasureResult(out, matrix)
@@ -518,6 +572,8 @@ def to_markdown(matrix: dict[str, Any]) -> str:
              "| row | question | status |", "|---|---|---|"]
     for row in matrix["rows"]:
         status = row["status"] if row["status"] == "ran" else f"skipped: {row.get('reason')}"
+        if row.get("caveat"):
+            status += f"; {row['caveat']}"
         lines.append(f"| {row['name']} | {row['question']} | {status} |")
     for half in SPLITS:
         cells = [(name, by_half[half]) for name, by_half in matrix["statistics"].items()
@@ -530,6 +586,7 @@ def to_markdown(matrix: dict[str, Any]) -> str:
                   f"bootstrap | pass@{repeat} | pass^{repeat} | stable pass / fail / flaky | "
                   "vs baseline: delta [95%], p | verdict |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        said: list[str] = []
         for name, c in cells:
             counts, vs = c["counts"], c["vs_baseline"]
             s = c["stability"]
@@ -537,7 +594,10 @@ def to_markdown(matrix: dict[str, Any]) -> str:
             if vs is not None:
                 versus = (f"{_delta(vs)}, "
                           f"p={vs['p_value']:.3g} ({vs['baseline_only']}↓ {vs['row_only']}↑)")
-                verdict = vs["verdict"]
+                verdict = stats.settle(vs["verdict"], vs["interval"])
+                why = stats.disagreement(verdict, vs["p_value"])
+                if why:
+                    said.append(f"- **{name}**: {why}")
             lines.append(
                 f"| {name} | {counts['pass']} | {counts['fail']} | {counts['missing']} | "
                 f"{counts['infra']} | {_pct(c['rate']['value'])}{_span(c['rate']['wilson'])} | "
@@ -546,12 +606,15 @@ def to_markdown(matrix: dict[str, Any]) -> str:
                 f"{_pct(c['pass_at_k'].get(str(repeat)))} | "
                 f"{_pct(c['pass_hat_k'].get(str(repeat)))} | "
                 f"{s['stable_pass']} / {s['stable_fail']} / {s['flaky']} | {versus} | {verdict} |")
+        if said:
+            lines += ["", *said]
     lines += ["", "Comparisons pair each mission with itself: its outcome on each side is the "
               "majority of its non-infra repeats; p is the exact McNemar test on the missions "
-              "that differ. A row is better or worse only when p < 0.05.", ""]
+              "that differ. A row is better or worse only when p < 0.05; suggestive, not "
+              "significant when its interval excludes 0 and p is not below 0.05.", ""]
     return "\n".join(lines)
 
 
 __all__ = ["BASELINE", "DEEP_TIERS", "MATRIX", "ROWS", "MeasureResult", "Row", "assemble",
-           "derive_manifest", "measure_suite", "rescore", "select", "split_manifest",
+           "derive_manifest", "grounding_caveat", "measure_suite", "rescore", "select", "split_manifest",
            "statistics", "to_markdown"]

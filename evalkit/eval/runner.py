@@ -630,6 +630,9 @@ class Agent:
     extra: tuple[str, ...] = ()
     #: The manifest to pass with ``--skill`` (built-in: added; spawn line: repointed).
     skill: Path | None = None
+    #: Built-in: the subfolder of ``agents`` whose scripts are shaped for a measure row
+    #: (``swarm``, ``native``); None = the scripts of the json direct loop.
+    shape: str | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
     #: Variables ``--secret`` named (built-in: passed on), and their values, scrubbed from
     #: the capture whatever the agent.
@@ -646,10 +649,19 @@ class Agent:
             return None
         stem = key if self.variant is None else f"{key}.{self.variant}"
         for suffix in SCRIPT_SUFFIXES:
-            path = self.agents / f"{stem}{suffix}"
+            path = self.scripts / f"{stem}{suffix}"
             if path.is_file():
                 return path
         return None
+
+    @property
+    def scripts(self) -> Path:
+        """The folder this agent's scripts are read from."""
+        base = self.agents or Path("agents")
+        return base / self.shape if self.shape else base
+
+    def shaped_for(self, row: str) -> Agent:
+        return replace(self, shape=row)
 
     def argv(self, mission: Mission) -> tuple[str, ...] | None:
         """The spawn line for one mission; None when the built-in has no script for it."""
@@ -670,7 +682,7 @@ class Agent:
             return withhold(_with_skill(self.spawn, self.skill), self.declared)
         stem = "<key>" if self.variant is None else f"<key>.{self.variant}"
         argv = [*_runtime(), "--provider", "scripted", "--script",
-                str((self.agents or Path("agents")) / f"{stem}.yaml"), *self.extra,
+                str(self.scripts / f"{stem}.yaml"), *self.extra,
                 *self._secret_flags()]
         if self.skill is not None:
             argv += ["--skill", str(self.skill)]
@@ -783,7 +795,7 @@ def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path
         argv = agent.argv(m)
         if argv is None:
             stem = m.key if agent.variant is None else f"{m.key}.{agent.variant}"
-            skipped[m.key] = f"no scripted agent {stem}.yaml in {agent.agents}"
+            skipped[m.key] = f"no scripted agent {stem}.yaml in {agent.scripts}"
             continue
         jobs.append(Job(key=m.key, objective=m.prompt, spawn=anchored(argv, Path(cwd)),
                         flags=(*flags, *m.flags),

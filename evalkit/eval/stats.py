@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 Z95 = 1.959963984540054
 
-#: The verdict of every comparison whose test does not reject.
+#: The verdict of a comparison whose test does not reject and whose interval holds 0.
 NO_DIFFERENCE = "no detectable difference"
+#: The verdict when the interval excludes 0 and the exact test still does not reject.
+SUGGESTIVE = "suggestive, not significant"
 
 
 def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float] | None:
@@ -99,7 +101,9 @@ def paired(baseline: Sequence[bool], row: Sequence[bool], alpha: float = 0.05) -
     is the Wald interval for a difference of paired proportions with a
     continuity correction, clipped to [-1, 1]; significance is the exact
     McNemar test on the discordant missions. The verdict is "better" or
-    "worse" only when that test rejects at ``alpha``.
+    "worse" only when that test rejects at ``alpha``; when it does not but the
+    interval excludes 0 it is "suggestive, not significant", since "no detectable
+    difference" beside such an interval reads as a contradiction.
     """
     if len(baseline) != len(row):
         raise ValueError("a paired comparison needs the same missions on both sides")
@@ -112,11 +116,40 @@ def paired(baseline: Sequence[bool], row: Sequence[bool], alpha: float = 0.05) -
     spread = math.sqrt(max((b + c) - (c - b) ** 2 / n, 0.0)) / n
     half = Z95 * spread + 1 / n
     p = mcnemar_exact(b, c)
+    bounds = (max(-1.0, delta - half), min(1.0, delta + half))
     if p < alpha:
         verdict = "better" if c > b else "worse"
     else:
-        verdict = NO_DIFFERENCE
-    return Paired(n, b, c, delta, (max(-1.0, delta - half), min(1.0, delta + half)), p, verdict)
+        verdict = settle(NO_DIFFERENCE, bounds)
+    return Paired(n, b, c, delta, bounds, p, verdict)
+
+
+def excludes_zero(interval: Sequence[float] | None) -> bool:
+    return bool(interval) and (interval[0] > 0 or interval[1] < 0)
+
+
+def settle(verdict: str, interval: Sequence[float] | None) -> str:
+    """The verdict a reader is shown: "no detectable difference" over an interval that
+    excludes 0 would contradict the number printed beside it, so it reads
+    "suggestive, not significant" there (matrices written before the word existed too)."""
+    if verdict == NO_DIFFERENCE and excludes_zero(interval):
+        return SUGGESTIVE
+    return verdict
+
+
+def disagreement(verdict: str, p_value: float, alpha: float = 0.05) -> str | None:
+    """The one sentence a suggestive comparison needs, None for any other.
+
+    The interval is a normal approximation (Wald, plus a continuity correction) and
+    the p-value an exact count; on a handful of discordant missions the two can
+    disagree, and the exact test is the one that decides.
+    """
+    if verdict != SUGGESTIVE:
+        return None
+    return (f"The 95% interval excludes 0 but the exact McNemar test does not reject "
+            f"(p = {p_value:.3g}, not below {alpha:g}): the interval is an approximation that "
+            f"runs narrow when so few missions differ, so this is a lead to measure again with "
+            f"more missions, not a finding.")
 
 
 # -- repeats, cells and rows -------------------------------------------------------------------
@@ -264,7 +297,8 @@ def compare(baseline: Mapping[str, Sequence[str]], row: Mapping[str, Sequence[st
     ``paired``: the delta of majority pass rates (row minus baseline) with its
     95% interval, the exact McNemar p-value on the discordant missions, and the
     verdict — better or worse only when McNemar rejects at ``alpha``, else
-    "no detectable difference". Repeats therefore sharpen each mission's
+    "no detectable difference" (or "suggestive, not significant" when the
+    interval excludes 0 all the same). Repeats therefore sharpen each mission's
     outcome but never multiply the sample: R repeats of 10 missions are 10 pairs.
     """
     base_votes: list[bool] = []

@@ -22,9 +22,7 @@ from evalkit.report.kpis import (
     INFRA,
     MISSING,
     PASS,
-    STATUSES,
     KpiRow,
-    MissionRow,
     PairedRow,
 )
 
@@ -48,8 +46,6 @@ _PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.S)
 
 #: Inches per character of a label at 9 pt (DejaVu Sans averages ~0.6 em).
 CHAR_IN = 0.075
-#: The width a figure needs for the five-status legend on one row (8 pt labels).
-LEGEND_ROW_IN = 5.4
 
 
 def _figure(height: float, width: float, margins: tuple[float, float, float, float]):
@@ -171,47 +167,6 @@ def quality_cost(rows: Sequence[KpiRow], half: str) -> str:
         ax.set_title(title, loc="left")
 
     return _draw(f"cost-{half}", title, 3.2, paint, margins=(0.8, 0.25, 0.32, 0.6))
-
-
-def grid(missions: Sequence[MissionRow], configurations: Sequence[str], half: str) -> str:
-    """Mission × configuration, each cell coloured pass / fail / flaky / missing."""
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
-    order = list(STATUSES)
-    title = f"Missions × configurations ({half})"
-    names = [_short(c, 18) for c in configurations]
-    left = 0.2 + _label_in([_short(m.key, 32) for m in missions], 7.5 / 9)
-    rotate = len(configurations) > 3
-    bottom = 0.3 + (_label_in(names) * 0.5 if rotate else 0.2)
-    width = max(3.0, min(WIDTH + 1.0, left + 0.3 + max(0.75 * len(configurations), 1.2)))
-    # The legend is placed from the figure's left edge, not the axes' (which moves right with
-    # long mission keys and pushed the fifth label off the figure): one row of five where
-    # five fit, else rows of three.
-    one_row = width >= LEGEND_ROW_IN
-    legend = 0.3 if one_row else 0.5
-
-    def paint(fig: Any) -> None:
-        ax = fig.add_subplot()
-        values = [[order.index(status) for status, _, _ in m.cells] for m in missions]
-        ax.pcolormesh(values, cmap=ListedColormap([COLOURS[s] for s in order]), vmin=-0.5,
-                      vmax=len(order) - 0.5, edgecolors="white", linewidth=1)
-        ax.set_xticks([i + 0.5 for i in range(len(configurations))], names,
-                      rotation=30 if rotate else 0, ha="right" if rotate else "center",
-                      rotation_mode="anchor" if rotate else "default")
-        ax.set_yticks([i + 0.5 for i in range(len(missions))],
-                      [_short(m.key, 32) for m in missions], fontsize=7.5)
-        ax.invert_yaxis()
-        ax.tick_params(length=0)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-        fig.legend(handles=[Patch(color=COLOURS[s], label=s) for s in order],
-                   ncols=len(order) if one_row else 3, loc="upper left",
-                   bbox_to_anchor=(0.02 / width * 4, 1.0), frameon=False, fontsize=8)
-
-    height = legend + bottom + 0.1 + 0.2 * max(len(missions), 1)
-    return _draw(f"grid-{half}", title, height, paint, width=width,
-                 margins=(left, 0.3, legend + 0.05, bottom))
 
 
 def paired(rows: Sequence[PairedRow], baseline: str, half: str) -> str:

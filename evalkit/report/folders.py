@@ -61,6 +61,8 @@ class Configuration:
     delta: Any = None
     status: str = "ran"
     reason: str | None = None
+    #: What the configuration cannot pass whatever the agent does (measure's ``caveat``).
+    caveat: str | None = None
 
 
 @dataclass
@@ -200,7 +202,8 @@ def _measure(folder: Path, suite: Suite | None) -> Scoring:
     for row in matrix["rows"]:
         config = Configuration(name=row["name"], question=row.get("question"),
                                delta=row.get("delta"), status=row["status"],
-                               reason=row.get("reason"))
+                               reason=row.get("reason"),
+                               caveat=row["caveat"] if isinstance(row.get("caveat"), str) else None)
         if config.status == "ran":
             for rel in row["reps"]:
                 config.reps.append(_rep(folder, rel, suite))

@@ -128,13 +128,13 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
     for half in halves(scoring, prompts):
         costed = any(r.mean_cost is not None or r.mean_tokens is not None for r in half.kpis)
         drawn = {"pass_rates": charts.pass_rates(half.kpis, half.name),
-                 "quality_cost": charts.quality_cost(half.kpis, half.name) if costed else None,
-                 "grid": charts.grid(half.missions, half.configurations, half.name)}
+                 "quality_cost": charts.quality_cost(half.kpis, half.name) if costed else None}
         if half.paired:
             drawn["paired"] = charts.paired(half.paired, scoring.name_of(scoring.baseline or ""),
                                             half.name)
-        shown, links = transcripts(scoring, half.name, len(parts), limits)
-        parts.append({"half": half, "charts": drawn, "transcripts": shown, "links": links,
+        shown, runs = transcripts(scoring, half.name, len(parts), limits)
+        parts.append({"half": half, "charts": drawn, "transcripts": shown, "runs": runs,
+                      "repeated": any(len(ran) > 1 for ran in runs.values()),
                       "show_cost": any(r.mean_cost is not None for r in half.kpis),
                       "show_k": max((r.k or 0 for r in half.kpis), default=0),
                       "show_infra": any(r.infra for r in half.kpis),
@@ -152,22 +152,23 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
 
 
 def transcripts(scoring: Scoring, half: str, part: int, limits: Limits | None = None
-                ) -> tuple[list[Transcript], dict[tuple[str, str], str]]:
-    """Every run of the half as a transcript, and where each mission's first run of each
-    configuration is, so the missions table can link its cells to them."""
+                ) -> tuple[list[Transcript], dict[tuple[str, str], list[Transcript]]]:
+    """Every run of the half as a transcript, and each (configuration, mission)'s runs in
+    repeat order: a cell of the grid or the missions table is only as good as the runs it
+    lets a reader open."""
     shown: list[Transcript] = []
-    links: dict[tuple[str, str], str] = {}
+    runs: dict[tuple[str, str], list[Transcript]] = {}
     for config in scoring.ran:
         name = scoring.name_of(config) if len(scoring.ran) > 1 else ""
         for rep in config.reps:
             for verdict in rep.report.get("verdicts", ()):
                 if verdict.get("split") != half:
                     continue
-                anchor = f"t{part}-{len(shown)}"
-                links.setdefault((scoring.name_of(config), str(verdict.get("key"))), anchor)
-                shown.append(transcript(anchor, verdict, rep.runs_root, name, rep.label,
-                                        category(verdict), limits))
-    return shown, links
+                t = transcript(f"t{part}-{len(shown)}", verdict, rep.runs_root, name, rep.label,
+                               category(verdict), limits)
+                runs.setdefault((scoring.name_of(config), str(verdict.get("key"))), []).append(t)
+                shown.append(t)
+    return shown, runs
 
 
 def diff_html(diff: Diff) -> str:

@@ -59,6 +59,8 @@ class KpiRow:
     #: The agent process's wall time as the harness measured it (command.json), start-up
     #: included; None for runs the harness did not spawn (a score of recordings).
     mean_process_s: float | None = None
+    #: What this configuration fails by construction (a row without grounding).
+    caveat: str | None = None
 
     @property
     def whiskers(self) -> tuple[float, float] | None:
@@ -79,6 +81,16 @@ class PairedRow:
     pairing: str
     excluded: list[str]
     source: str
+
+    @property
+    def tone(self) -> str:
+        """The CSS class of the verdict's word (a verdict of several words is no class)."""
+        return {"better": "better", "worse": "worse", stats.SUGGESTIVE: "suggestive"}.get(
+            self.verdict, "")
+
+    @property
+    def disagreement(self) -> str | None:
+        return stats.disagreement(self.verdict, self.p_value)
 
 
 @dataclass
@@ -187,6 +199,7 @@ def _kpi_row(scoring: Scoring, config: Configuration, reps: list[list[dict[str, 
     repeat = int(cell.get("repeat") or len(reps))
     row = KpiRow(
         name=scoring.name_of(config), baseline=config.name == scoring.baseline,
+        caveat=config.caveat,
         runs=int(rate.get("n", len(flat))), missions=int(cell.get("missions", 0)),
         passed=int(rate.get("passed", 0)), missing=int(counts.get(MISSING, 0)),
         infra=int(counts.get(INFRA, 0)), rate=_number(rate.get("value")),
@@ -246,7 +259,8 @@ def _paired(scoring: Scoring, half: str, words: dict[str, dict[str, list[str]]],
             scoring.name_of(config), int(found["missions"]), int(found["baseline_only"]),
             int(found["row_only"]), float(found["delta"]),
             _pair(found.get("interval")) or (float("nan"), float("nan")),
-            float(found["p_value"]), str(found["verdict"]),
+            float(found["p_value"]),
+            stats.settle(str(found["verdict"]), _pair(found.get("interval"))),
             str(found.get("pairing") or "paired by mission"),
             [str(k) for k in found.get("excluded") or ()], source))
     return out

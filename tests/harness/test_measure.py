@@ -264,18 +264,14 @@ def test_measure_over_the_built_in_runtime_and_scripted_agents(
     counts = re.findall(r"^\[(\d+)/(\d+)\] ", result.stderr, re.MULTILINE)
     ran = sum(3 for row in rows.values() if row["status"] == "ran")
     assert counts == [(str(k), str(ran)) for k in range(1, ran + 1)], result.stderr
-    if rows["swarm"]["status"] == "skipped":  # until the runtime lands --swarm
-        assert "--swarm" in rows["swarm"]["reason"]
     stats = matrix["statistics"]
     assert stats["direct"]["test"]["counts"]["pass"] == 3
-    # The json scripts cannot drive the native protocol: every mission fails there.
-    native = stats["native"]["test"]
-    assert native["counts"]["fail"] == 3
-    assert native["vs_baseline"]["baseline_only"] == 3
-    assert native["vs_baseline"]["p_value"] == 0.25
-    assert native["vs_baseline"]["verdict"] == "no detectable difference"
-    low, high = (round(b * 100) for b in native["vs_baseline"]["interval"])
-    assert f"| -100 pts [{low:+d}, {high:+d}], p=0.25 (3↓ 0↑) |" in (out / "matrix.md").read_text()
+    # This suite's scripts are written for the json direct loop only (no agents/swarm/ or
+    # agents/native/): those rows are skipped with the reason, never run as a false finding.
+    assert [rows[name]["status"] for name in ("swarm", "native")] == ["skipped", "skipped"]
+    assert set(stats) == {"direct"}
+    assert "skipped: the suite's scripted agents are written for the json direct loop" in (
+        out / "matrix.md").read_text()
     assert "grounding" not in split_manifest((out / "direct" / "skill.md").read_text())[0]
 
 

@@ -18,9 +18,12 @@ from tests.harness.test_measure import MANIFEST
 def scripted_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(runner, "_runtime", lambda: [*FOREIGN, "--refuse", "--skill"])
     (tmp_path / "SKILL.md").write_text(MANIFEST)
-    (tmp_path / "agents").mkdir()
+    # The native row runs from scripts shaped for it (agents/native/); the foreign agent
+    # behind the runtime command answers alike whichever script it is handed.
+    (tmp_path / "agents" / "native").mkdir(parents=True)
     for key in ("t0", "t1", "t2", "t3", "t4", "h0", "h1", "h2"):
-        (tmp_path / "agents" / f"{key}.yaml").write_text("- '{\"answer\": \"x\"}'\n")
+        for folder in ("agents", "agents/native"):
+            (tmp_path / folder / f"{key}.yaml").write_text("- '{\"answer\": \"x\"}'\n")
     return foreign_suite(tmp_path / "s.yaml", agents="agents", skill="SKILL.md")
 
 

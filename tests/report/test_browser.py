@@ -11,6 +11,7 @@ test's artifacts.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,7 @@ def test_the_measure_report_renders_in_chromium_without_errors(browser, folders)
                  folders["root"] / "measure.html")
     _open(browser, page)
     seen = browser.evaluate(COUNT)
-    assert seen["charts"] == 8  # per half: pass rate, quality/cost, paired, grid
+    assert seen["charts"] == 6  # per half: pass rate, quality/cost, paired (the grid is a table)
     assert seen["kpiRows"] == 6  # three configurations in each of two halves
     assert seen["sortable"] >= 7 and seen["tables"] == seen["sortable"]
     assert seen["headings"][:3] == ["Provenance", "train half", "test half"]
@@ -90,7 +91,7 @@ def test_the_report_reads_with_javascript_off(browser, folders):
     _open(browser, page, javascript=False)
     # Runtime.evaluate still runs with page scripts disabled; the content is static HTML.
     seen = browser.evaluate(COUNT)
-    assert seen["charts"] == 6 and seen["kpiRows"] == 2
+    assert seen["charts"] == 4 and seen["kpiRows"] == 2
     assert browser.evaluate("document.querySelector('th').tabIndex") == -1  # no page JS ran
     browser.screenshot(ARTIFACTS / "run-report-no-js.png", full_page=True)
 
@@ -142,3 +143,57 @@ def test_transcripts_open_filter_and_search_without_overflow(browser, folders):
         assert browser.evaluate(visible) == ["t3"]
         assert browser.console_errors() == []
         browser.screenshot(ARTIFACTS / f"transcripts-{width}.png", full_page=width == 500)
+
+
+ACTIVE = "document.activeElement"
+
+
+def _soon(browser: Browser, expression: str, seconds: float = 3.0) -> bool:
+    """True once ``expression`` is: hashchange is dispatched as a task after the click."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if browser.evaluate(expression) is True:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _press_enter(browser: Browser) -> None:
+    for kind in ("keyDown", "keyUp"):
+        browser.call("Input.dispatchKeyEvent", {"type": kind, "key": "Enter", "code": "Enter",
+                                                "windowsVirtualKeyCode": 13, "text": "\r"})
+
+
+@needs_chromium
+def test_a_grid_cell_opens_each_repeat_from_the_keyboard_even_past_the_filter(browser, folders):
+    """Tab to a repeat of a flaky grid cell, press Enter: that run's transcript opens and has
+    the focus, even when the verdict filter was hiding it; nothing overflows sideways."""
+    page = write(report_html(folder_reader.load(folders["measure"])),
+                 folders["root"] / "measure-grid.html")
+    for width in (1400, 500):
+        browser.open(page.resolve().as_uri(), width=width)
+        assert browser.console_errors() == []
+        links = browser.evaluate(
+            "Array.from(document.querySelectorAll('table.grid a')).map(a => a.hash.slice(1))")
+        cells = browser.evaluate("document.querySelectorAll('table.grid td.cell').length")
+        assert cells == 3 * 8 and len(links) >= cells
+        assert browser.evaluate(
+            f"{links!r}.every(id => document.getElementById(id)?.matches('details.transcript'))")
+        # Keep only passing runs, then open swarm's rep 1 of t2, which failed.
+        browser.evaluate("(() => { const s = document.querySelector('#train .tstatus');"
+                         " s.value = 'pass'; s.dispatchEvent(new Event('change')); })()")
+        rep = "document.querySelector('#grid-train a.rep.fail[aria-label^=\"t2 in swarm\"]')"
+        browser.evaluate(f"{rep}.focus()")
+        assert browser.evaluate(f"{ACTIVE}.getAttribute('aria-label')").startswith("t2 in swarm")
+        _press_enter(browser)
+        target = browser.evaluate("location.hash.slice(1)")
+        assert target and target == browser.evaluate(f"{rep}.hash.slice(1)")
+        opened = f"document.getElementById({target!r})"
+        assert _soon(browser, f"{opened}.open"), "hashchange never opened the transcript"
+        assert browser.evaluate(f"{opened}.offsetParent !== null") is True
+        assert browser.evaluate(f"{opened}.dataset.key + ' ' + {opened}.dataset.rep") == "t2 rep1"
+        assert browser.evaluate(f"{ACTIVE}.closest('details') === {opened}") is True
+        overflow = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        assert browser.evaluate(overflow) <= 0, f"horizontal overflow at {width} px"
+        assert browser.console_errors() == []
+        browser.screenshot(ARTIFACTS / f"grid-{width}.png")

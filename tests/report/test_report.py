@@ -70,8 +70,8 @@ def test_a_run_folder_report_has_provenance_kpis_per_half_charts_reasons_and_rub
     # One KPI table per half, never one blended table.
     assert {"kpis-train", "kpis-test", "missions-train", "missions-test"} <= page.ids
     assert text.count('class="sortable kpis"') == 2
-    # Charts inline: pass rate, quality/cost and grid per half; no paired chart for one row.
-    assert text.count('<svg role="img"') == 6 and "<img" not in text
+    # Charts inline: pass rate and quality/cost per half; no paired chart for one row.
+    assert text.count('<svg role="img"') == 4 and "<img" not in text
     # Why they failed, and the reader's rubric beside each mission.
     assert "never called mcp.add; it called ['mcp.echo']" in words
     assert "not run" in words
@@ -122,7 +122,8 @@ def test_a_measure_report_shows_rows_pairs_from_matrix_json_and_flaky_cells(fold
     cells = {m.key: dict(zip(train.configurations, m.cells, strict=True)) for m in train.missions}
     assert cells["t2"]["swarm"] == (FLAKY, 1, 3)
     assert cells["t0"]["native"] == (FLAKY, 2, 3)
-    assert text.count('<svg role="img"') == 8  # four charts per half, paired included
+    # Three charts per half, paired included; the missions x rows grid is a linked table.
+    assert text.count('<svg role="img"') == 6 and text.count('class="sortable grid"') == 2
     assert "claims" in words and "the manifest has no claim table" in words
     assert "pass@3" in words and "no detectable difference" in words
     # Credentials never reach the page.
