@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("evalkit.commands.report:report", "Render an HTML KPI report."),
     "diff": ("evalkit.commands.report:diff", "Which verdicts flipped between two scorings."),
     "doctor": ("evalkit.commands.doctor:doctor", "What this machine can run, with fixes."),
+    "export": ("evalkit.commands.export:export", "Write scored runs as Inspect AI eval logs."),
 }
 
 

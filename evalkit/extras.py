@@ -21,12 +21,15 @@ from evalkit.errors import EvalkitError
 EXTRAS: dict[str, tuple[str, ...]] = {
     "agent": ("openai", "mcp", "mcp_types", "vcr", "jsonschema"),
     "ray": ("ray",),
+    "inspect": ("inspect_ai",),
 }
 
 #: The built-in runtime: ``run`` and ``measure`` given no agent after ``--``.
 BUILTIN_RUNTIME = "the built-in runtime (no agent after --)"
 #: ``run``/``measure --executor ray``.
 RAY_EXECUTOR = "--executor ray"
+#: ``evalkit export inspect``: the logs are built from inspect_ai's own types.
+INSPECT_EXPORT = "export inspect"
 
 #: What needs an extra -> which. ``evalkit NAME`` entries are whole commands, refused
 #: before their module is imported; the others are choices within ``run`` and ``measure``.
@@ -37,6 +40,7 @@ NEEDS: dict[str, str] = {
     "evalkit record-corpus": "agent",
     BUILTIN_RUNTIME: "agent",
     RAY_EXECUTOR: "ray",
+    INSPECT_EXPORT: "inspect",
 }
 
 

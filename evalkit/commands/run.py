@@ -46,6 +46,14 @@ def write_report_files(report: dict[str, Any], folder: Path) -> None:
     write_file(md, [(to_markdown(report) + "\n" + taxonomy_markdown(report)).encode("utf-8")])
 
 
+def _junit_target(path: Path | None) -> None:
+    """Refuse a ``--junit`` file that cannot be written before any agent is spawned."""
+    if path is not None:
+        from evalkit.report import junit
+
+        junit.check_target(path)
+
+
 def _common(fn: Any) -> Any:
     options = [
         click.option("--suite", "suite_path", required=True, type=click.Path(path_type=Path),
@@ -75,6 +83,8 @@ def _common(fn: Any) -> Any:
         click.option("--overwrite", is_flag=True,
                      help="Replace --out when it holds an earlier run's or measure's output "
                           "(refused for any other folder)."),
+        click.option("--junit", "junit_path", type=click.Path(path_type=Path), metavar="FILE",
+                     help="Also write the verdicts as JUnit XML, for a CI server's test page."),
         click.argument("spawn", nargs=-1, type=click.UNPROCESSED),
     ]
     for option in reversed(options):
@@ -87,7 +97,8 @@ def _common(fn: Any) -> Any:
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when a mission failed.")
 def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
         variant: str | None, executor: str, ray_address: str | None, secrets: tuple[str, ...],
-        quiet: bool, overwrite: bool, spawn: tuple[str, ...], allow_failures: bool) -> None:
+        quiet: bool, overwrite: bool, junit_path: Path | None, spawn: tuple[str, ...],
+        allow_failures: bool) -> None:
     """Spawn the agent once per mission, capture its stream, score it.
 
     The agent is everything after --, e.g. `-- my-agent --model m`; without one,
@@ -95,6 +106,7 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
     """
     from evalkit.eval.runner import run_suite
 
+    _junit_target(junit_path)
     result = run_suite(suite_path, out, write=write_report_files, spawn=spawn or None,
                        split=split, jobs=jobs, timeout_s=timeout_s, variant=variant,
                        executor=executor, ray_address=ray_address, progress=not quiet,
@@ -112,6 +124,10 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
         click.echo(f"{half}: {c['pass']}/{data['totals']['missions']} passed; "
                    f"{c['fail']} failed, {c['missing']} missing, {c['infra']} infra errors")
     click.echo(f"report: {out / 'report.md'}")
+    if junit_path is not None:
+        from evalkit.report import junit
+
+        junit.write(junit.from_score(result.report), junit_path)
     refuse_if_nothing_ran(out)
     if not result.report["passed"] and not allow_failures:
         sys.exit(1)
@@ -128,8 +144,9 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
               help="Re-derive every report and the statistics of an existing --out; no agent.")
 def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
             variant: str | None, executor: str, ray_address: str | None,
-            secrets: tuple[str, ...], quiet: bool, overwrite: bool, spawn: tuple[str, ...],
-            configs: tuple[str, ...], repeat: int, rescore: bool) -> None:
+            secrets: tuple[str, ...], quiet: bool, overwrite: bool, junit_path: Path | None,
+            spawn: tuple[str, ...], configs: tuple[str, ...], repeat: int,
+            rescore: bool) -> None:
     """Run a suite over a configuration matrix with repeats; compare every row with direct.
 
     Rows: direct (baseline), swarm, native, grounding, must-cite, claim-table, planes.
@@ -137,14 +154,25 @@ def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float
     """
     from evalkit.eval import measure as matrix_mod
 
+    _junit_target(junit_path)
+    written: dict[str, dict[str, Any]] = {}
+
+    def write(report: dict[str, Any], folder: Path) -> None:
+        write_report_files(report, folder)
+        written[folder.relative_to(out).as_posix()] = report
+
     if rescore:
-        result = matrix_mod.rescore(suite_path, out, write=write_report_files)
+        result = matrix_mod.rescore(suite_path, out, write=write)
     else:
         result = matrix_mod.measure_suite(
-            suite_path, out, write=write_report_files, spawn=spawn or None, configs=configs,
+            suite_path, out, write=write, spawn=spawn or None, configs=configs,
             repeat=repeat, jobs=jobs, timeout_s=timeout_s, split=split, variant=variant,
             executor=executor, ray_address=ray_address, progress=not quiet,
             warn=lambda line: click.echo(line, err=True), secrets=secrets, overwrite=overwrite)
     click.echo(matrix_mod.to_markdown(result.matrix), nl=False)
     click.echo(f"matrix: {out / 'matrix.json'}")
+    if junit_path is not None:
+        from evalkit.report import junit
+
+        junit.write(junit.from_matrix(result.matrix, written), junit_path)
     refuse_if_nothing_ran(out)

@@ -54,10 +54,12 @@ def check(suite_path: Path, strict: bool) -> None:
               metavar="KEY.pub", help="Also trust seals signed by this public key. Repeatable.")
 @click.option("--require-signed", is_flag=True,
               help="Score an unsigned stream as tampered (for folders sealed whole).")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path), metavar="FILE",
+              help="Also write the verdicts as JUnit XML, for a CI server's test page.")
 def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset: Path | None,
           split: str, as_json: bool, report_dir: Path | None,
           allow_failures: bool, no_verify: bool, trust_files: tuple[Path, ...],
-          require_signed: bool) -> None:
+          require_signed: bool, junit_path: Path | None) -> None:
     """Verdicts and KPIs for a suite from recorded streams — no model needed.
 
     Every stream is checked against its seal first: one altered after it was
@@ -77,6 +79,10 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
     if dataset is not None and (trust_files or require_signed):
         raise EvalkitError("a dataset's seals were checked when it was ingested; --trust and "
                            "--require-signed apply to --runs and --map")
+    if junit_path is not None:
+        from evalkit.report import junit
+
+        junit.check_target(junit_path)  # before scoring: a slip costs nothing
     checker = None
     if not no_verify and (runs is not None or mapping):
         from evalkit.eval.score import beside
@@ -93,6 +99,8 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
                             if not as_json or report_dir else None)
         if report_dir is not None:
             write_rendered(report_dir, rendered)
+        if junit_path is not None:
+            write_junit(report.to_dict(), runs, junit_path)
         # Bytes straight out, in parts: no 150 MB string to decode and encode again.
         sys.stdout.flush()  # anything printed as text goes first
         stdout = sys.stdout.buffer
@@ -100,3 +108,16 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
         stdout.flush()
     if not rendered.passed and not allow_failures:
         sys.exit(1)
+
+
+def write_junit(report: dict, runs: Path | None, path: Path) -> None:
+    """The JUnit file of a scoring, with the taxonomy ``run`` gives (read from the mission
+    folders under ``runs`` where there are some), so an infrastructure failure is an
+    ``error`` there too and not the agent's ``failure``."""
+    import copy
+
+    from evalkit.eval.taxonomy import annotate
+    from evalkit.report import junit
+
+    report = {**report, "halves": copy.deepcopy(report["halves"])}
+    junit.write(junit.from_score(annotate(report, runs)), path)
