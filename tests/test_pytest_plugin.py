@@ -14,7 +14,18 @@ pytest_plugins = ("pytester",)
 ROOT = Path(__file__).resolve().parents[1]
 STUB = ROOT / "suites" / "stub"
 GOOD, BAD = ROOT / "recordings" / "stub" / "good", ROOT / "recordings" / "stub" / "bad"
-PLUGIN = ("-p", "evalkit.pytest_plugin")
+
+
+
+def _installed() -> bool:
+    """Whether an installed evalkit offers the plugin under ``pytest11`` (the README's test
+    command installs it): pytest then loads it by itself, and ``-p`` would load it twice."""
+    from importlib.metadata import entry_points
+
+    return any(p.value == "evalkit.pytest_plugin" for p in entry_points(group="pytest11"))
+
+
+PLUGIN: tuple[str, ...] = () if _installed() else ("-p", "evalkit.pytest_plugin")
 
 
 @pytest.fixture(autouse=True)
@@ -115,6 +126,16 @@ def test_bad_boundary(evalkit_score):
     assert verdict.reasons == ["ended 'answered'; this mission wants awaiting_approval"]
 ''')
     run(pytester, "test_verdicts.py").assert_outcomes(passed=2)
+
+
+def test_the_installed_evalkit_offers_the_plugin_to_pytest_by_itself(
+        pytester: pytest.Pytester) -> None:
+    """As a user gets it: ``pip install evalkit`` and ``pytest --evalkit-suite …``, no ``-p``."""
+    assert _installed(), "install evalkit (pip install -e .) so pytest finds its plugin"
+    ini = pytester.makeini("[pytest]\n")
+    done = pytester.runpytest_subprocess("-c", str(ini), "--rootdir", str(pytester.path),
+                                         "--help")
+    assert "--evalkit-suite" in done.stdout.str()
 
 
 def test_pyproject_registers_the_plugin_under_pytest11() -> None:
