@@ -233,7 +233,12 @@ def ends_inside_block(text: str) -> bool:
     last = starts[-1].start()
     block = _PEM_BLOCK.match(text, last)
     end = block.end() if block is not None else starts[-1].end()
-    return not text[end:].strip(" \t\r\n")
+    return _PEM_GAP.fullmatch(text, end) is not None
+
+
+#: What may stand between a key's BEGIN line (or its body so far) and more of the key:
+#: blanks and line breaks, real or escaped.
+_PEM_GAP = re.compile(r"(?:[ \t]|" + _PEM_BREAK + ")*")
 
 
 __all__ = ["MIN_SECRET_LEN", "REDACTED", "SHAPES", "Pattern", "ends_inside_block",

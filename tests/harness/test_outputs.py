@@ -52,6 +52,16 @@ def test_scrubbed_a_line_at_a_time_is_what_the_whole_text_scrubbed_gives(
         assert all(b"pem0body0line" not in written for written in seen)
 
 
+def test_a_key_begun_with_an_escaped_line_break_is_held_with_the_lines_after_it() -> None:
+    """hypothesis found it: a BEGIN line ending in an escaped ``\\n`` and then a real one is
+    still inside the block, so the next line is scrubbed with it, as the whole text is."""
+    redactor = Redactor(extra_values=(SECRET,), environ={})
+    text = "-----BEGIN RSA PRIVATE KEY-----\\n\nsk-abcdefghijklmnop1234"
+    final, _ = _scrubbed(_cut(text.encode(), [33]), redactor)
+    assert final == redactor.redact(text).encode()
+    assert b"abcdefghijklmnop1234" not in final
+
+
 def test_bytes_that_are_not_utf8_are_kept_as_they_came() -> None:
     data = b"\xff\xfe caf\xc3\xa9 \xe2\x82 half a character\n" + SECRET.encode() + b" \xff\n"
     final, _ = _scrubbed(_cut(data, [1, 2, 3, 17, 30]), Redactor(extra_values=(SECRET,),
