@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,6 +115,7 @@ _VALUES = st.recursive(
 @settings(max_examples=400)
 @given(parts=st.dictionaries(st.sampled_from(["tool", "arguments", "ok", "exit_code", "output",
                                               "error", "handle"]), _VALUES))
+@pytest.mark.slow
 def test_call_text_is_the_canonical_text(parts: dict[str, Any]) -> None:
     assert _outcome(call_text, parts) == _outcome(signals.canonical, parts)
 
@@ -130,6 +132,7 @@ def _outcome(read: Any, record: Mapping[str, Any]) -> tuple[str, Any]:
 @settings(max_examples=1000)
 @given(value=st.one_of(st.floats(), st.floats(min_value=-1e-3, max_value=1e-3),
                        st.floats(min_value=1e-12, max_value=1e-2)))
+@pytest.mark.slow
 def test_floats_orjson_may_write_are_written_as_the_stdlib_does(value: float) -> None:
     import orjson
 
@@ -198,6 +201,7 @@ def _streams(draw: st.DrawFn) -> list[dict[str, Any]]:
 @settings(max_examples=300, deadline=None)
 @given(records=_streams(), thresholds=st.dictionaries(st.sampled_from(signals.SIGNALS),
                                                       st.integers(-1, 6), max_size=2))
+@pytest.mark.slow
 def test_running_tallies_fire_as_recounting_does(records: list[dict[str, Any]],
                                                  thresholds: dict[str, int]) -> None:
     fast, slow = signals.Watch(thresholds), _Recount(thresholds)
@@ -209,6 +213,7 @@ def test_running_tallies_fire_as_recounting_does(records: list[dict[str, Any]],
     assert fast.firings == slow.firings
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(records=_streams())
 def test_the_fold_finds_the_stagnation_the_watch_finds(records: list[Mapping[str, Any]]) -> None:

@@ -321,6 +321,7 @@ def _text(value: object, spaced: bool) -> str:
                        max_size=8),
        model=st.lists(st.tuples(_plain(_MODEL), st.booleans()), max_size=4),
        tools=st.lists(st.tuples(_plain(_TOOLS), st.booleans()), max_size=4))
+@pytest.mark.slow
 def test_every_line_reads_as_the_reference_either_way(tmp_path_factory, events, model, tools):
     """Whatever the spelling, a row says what dataset.py says of the line the reader read;
     its ``record`` text is orjson's serialisation of the record (``dataset.dumps``),

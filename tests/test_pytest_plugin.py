@@ -19,18 +19,19 @@ GOOD, BAD = ROOT / "recordings" / "stub" / "good", ROOT / "recordings" / "stub" 
 
 def _installed() -> bool:
     """Whether an installed evalkit offers the plugin under ``pytest11`` (the README's test
-    command installs it): pytest then loads it by itself, and ``-p`` would load it twice."""
+    command installs it), so that pytest loads it by itself."""
     from importlib.metadata import entry_points
 
     return any(p.value == "evalkit.pytest_plugin" for p in entry_points(group="pytest11"))
 
 
-PLUGIN: tuple[str, ...] = () if _installed() else ("-p", "evalkit.pytest_plugin")
-
-
 @pytest.fixture(autouse=True)
 def _this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This checkout's evalkit, and no other plugin loaded by itself: each installed one
+    (hypothesis, langsmith, anyio…) costs every pytest process here a second or more, so
+    the plugin is named with ``-p``; one test below starts pytest as a user does."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -40,7 +41,8 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     runs paths it is given) does not become the user's configuration.
     """
     ini = pytester.makeini("[pytest]\n")
-    return pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider", "-c", str(ini),
+    return pytester.runpytest_subprocess("-p", "evalkit.pytest_plugin", "-p", "no:cacheprovider",
+                                         "-c", str(ini),
                                          "--rootdir", str(pytester.path), *args)
 
 
@@ -128,10 +130,12 @@ def test_bad_boundary(evalkit_score):
     run(pytester, "test_verdicts.py").assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_the_installed_evalkit_offers_the_plugin_to_pytest_by_itself(
-        pytester: pytest.Pytester) -> None:
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """As a user gets it: ``pip install evalkit`` and ``pytest --evalkit-suite …``, no ``-p``."""
     assert _installed(), "install evalkit (pip install -e .) so pytest finds its plugin"
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
     ini = pytester.makeini("[pytest]\n")
     done = pytester.runpytest_subprocess("-c", str(ini), "--rootdir", str(pytester.path),
                                          "--help")

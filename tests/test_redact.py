@@ -136,6 +136,7 @@ def test_redact_obj_never_raises_and_is_idempotent(obj: object) -> None:
     assert repr(redact_obj(once)) == repr(once)  # repr: NaN is never equal to itself
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(secretish_text)
 def test_redact_is_idempotent(text: str) -> None:
@@ -438,6 +439,7 @@ def _kept(tree: Any, out: Any, redactor: Redactor) -> None:
         _kept(t, o, redactor)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(nested)
 def test_no_known_secret_survives_at_any_depth_and_the_rest_is_kept(tree: Any) -> None:

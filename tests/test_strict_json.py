@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +49,7 @@ def _typed(value):
     return (type(value).__name__, repr(value))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(text=_JSON_TEXT)
 @example(text='{"a\\\\":1,"a\\u005c":2}')  # one key spelled two ways

@@ -502,6 +502,7 @@ _SUITE = st.fixed_dictionaries({"missions": st.one_of(st.lists(_MISSION, max_siz
                                          "vocabulary": _ANY, "agent_flags": _ANY})
 
 
+@pytest.mark.slow
 @_HYPO
 @given(data=st.one_of(_ANY, _SUITE), as_json=st.booleans())
 def test_arbitrary_structures_load_or_refuse(tmp_path, data, as_json):

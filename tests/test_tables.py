@@ -208,6 +208,7 @@ def _stream(draw: st.DrawFn) -> list[str]:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
+@pytest.mark.slow
 @given(streams=st.lists(_stream(), min_size=1, max_size=6))
 def test_random_streams_equal_summarize(tmp_path_factory: pytest.TempPathFactory,
                                         streams: list[list[str]]) -> None:

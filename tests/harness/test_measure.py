@@ -44,6 +44,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return suite, out
 
 
+@pytest.mark.slow
 def test_runs_land_per_row_and_rep_and_matrix_json_holds_provenance_rows_and_reports(
         measured: tuple[Path, Path]) -> None:
     _, out = measured
@@ -71,6 +72,7 @@ def test_runs_land_per_row_and_rep_and_matrix_json_holds_provenance_rows_and_rep
     assert "## train" in (out / "matrix.md").read_text()
 
 
+@pytest.mark.slow
 def test_statistics_match_hand_computed_values(measured: tuple[Path, Path]) -> None:
     _, out = measured
     s = read_json(out / "matrix.json")["statistics"]
@@ -119,6 +121,7 @@ def test_statistics_match_hand_computed_values(measured: tuple[Path, Path]) -> N
     assert s["swarm"]["test"]["vs_baseline"]["interval"] == [-0.25, 0.25]
 
 
+@pytest.mark.slow
 def test_any_rep_is_rederived_offline_by_score_and_the_matrix_by_rescore(
         measured: tuple[Path, Path]) -> None:
     suite, out = measured

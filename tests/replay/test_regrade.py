@@ -115,6 +115,7 @@ def _verdicts(report: dict[str, Any]) -> dict[str, tuple[bool, str | None]]:
     return {v["key"]: (v["passed"], v["kpis"]["outcome"]) for v in report["verdicts"]}
 
 
+@pytest.mark.slow
 def test_regrade_replays_every_run_into_the_same_layout_with_two_jobs(lab: Lab, folder: Path) -> None:
     source = folder
     before = digest(source)
@@ -162,6 +163,7 @@ def test_a_stricter_grammar_flips_an_answered_run_and_score_shows_it(lab: Lab, f
     assert flipped == (False, "answered_with_caveat")
 
 
+@pytest.mark.slow
 def test_two_worker_processes_regrade_as_one_process_does(lab: Lab, folder: Path) -> None:
     """In a process of its own (no test-runner threads), ``--jobs 2`` forks two workers of
     ``evalkit.parallel``: the rows, in order, are the ones a single process writes."""

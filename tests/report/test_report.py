@@ -150,6 +150,7 @@ def test_without_statistics_the_report_calls_stats_itself(folders, tmp_path):
     assert native.bootstrap == tuple(written["native"]["train"]["bootstrap"])
 
 
+@pytest.mark.slow
 def test_the_same_folder_gives_the_same_bytes_across_processes(folders, tmp_path):
     outs = []
     for n in (1, 2):

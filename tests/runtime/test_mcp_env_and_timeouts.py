@@ -12,8 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.runtime.conftest import STUB, read_jsonl
 from tests.runtime.test_mission_cli import call, clean_env, evalkit, write_script
+
+pytestmark = pytest.mark.slow  # real evalkit processes and MCP servers over stdio
 
 ENV_SERVER = '''
 import os

@@ -110,6 +110,7 @@ def test_help_imports_no_sdk() -> None:
 # -- whole missions ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_mission_streams_to_an_inherited_fd_and_records(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.json", [
         call("mcp.add", a=2, b=3), call("mcp.echo", text="five"),

@@ -21,6 +21,8 @@ from evalkit.runtime.command import EXIT_CONFIGURATION
 from tests.runtime.conftest import read_jsonl
 from tests.runtime.test_mission_cli import clean_env, evalkit
 
+pytestmark = pytest.mark.slow  # each test starts evalkit (and a server) as processes
+
 pytest.importorskip("llmock", reason="llmock is a dev dependency: pip install -e '.[dev]'")
 
 KEY = "sk-wire-cli-0123456789abcdefghijklmnop"
