@@ -160,6 +160,10 @@ def test_named_queries_show_their_sql_and_answer(good: Path, tmp_path: Path) -> 
     assert medians == sorted(medians, reverse=True)
     code, out, _ = _cli("sql", str(good), "--query", "token-cost", "--format", "json")
     assert code == 0 and len(out.splitlines()) == 12
+    code, out, _ = _cli("sql", str(good), "SELECT ts FROM runs_latest WHERE run = 'chaining'",
+                        "--format", "json")
+    started = datetime.fromisoformat(json.loads(out)["ts"])  # a time as ISO 8601, zoned
+    assert code == 0 and started.tzinfo is not None and started.year == 2026
     suite = make_suite(tmp_path / "s.yaml")
     measure_folder(tmp_path / "m", suite, {
         "direct": lambda key, rep: "pass",

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -89,9 +90,11 @@ def sql(folder: Path | None, query: str | None, name: str | None, show: bool, fm
 
 def _json_value(value: object) -> object:
     """A value as a JSON line can hold it: NaN and infinities (DuckDB's DOUBLE has them,
-    JSON has not) as null, so every line stays JSON a program can read."""
+    JSON has not) as null, so every line stays JSON a program can read; a time as ISO 8601."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, datetime):  # a TIMESTAMP WITH TIME ZONE: ISO 8601, as recorded
+        return value.isoformat()
     if isinstance(value, (list, tuple)):
         return [_json_value(item) for item in value]
     if isinstance(value, dict):
