@@ -205,3 +205,50 @@ def test_a_schema_1_dataset_is_refused_until_ingest_rewrites_it(tmp_path: Path) 
     (dataset / "dataset.json").write_text("{not json")
     code, _, err = _cli("sql", str(dataset), "SELECT 1")
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def _captured(folder: Path, runs: str = "runs") -> Path:
+    """A mission folder as `evalkit run` leaves one: the captured stream (bare records, one
+    the store never got: the last word of a run whose store refused it), command.json,
+    and the run store's copy in envelopes."""
+    from tests._runs import bare, envelope, finished, started, write_run
+
+    records = [started(run_id="run_x-1"), {"event": "step_started", "index": 1}, finished()]
+    times = ["2026-01-02T03:04:05.006Z", "2026-01-02T03:04:05.500+01:00",
+             "2026-01-02T03:04:07Z"]
+    write_run(folder, [bare(r) for r in records] + [bare({"event": "answer", "text": "late"})])
+    (folder / "command.json").write_text(json.dumps({"runs": runs, "wall_s": 2.5}))
+    write_run(folder / "runs" / "run_x-1",
+              [envelope(i, r, at) for i, (r, at) in enumerate(zip(records, times, strict=True), 1)],
+              meta={"run_id": "run_x-1", "meta": {}})
+    return folder
+
+
+def test_a_capture_is_dated_record_for_record_from_the_store_s_copy(tmp_path: Path) -> None:
+    _captured(tmp_path / "runs" / "m1")
+    _captured(tmp_path / "runs" / "m2", runs="../m1/runs")  # never read outside its folder
+    con = open_dataset(evalkit.ingest(tmp_path / "runs").out)
+    try:
+        got = con.execute("SELECT run, line, ts FROM events WHERE source = 'capture' "
+                          "ORDER BY run, line").fetchall()
+        utc = [datetime(2026, 1, 2, 3, 4, 5, 6000, UTC), datetime(2026, 1, 2, 2, 4, 5, 500000, UTC),
+               datetime(2026, 1, 2, 3, 4, 7, tzinfo=UTC), None]
+        assert [ts for run, _, ts in got if run == "m1"] == utc
+        assert [ts for run, _, ts in got if run == "m2"] == [None] * 4
+        runs = con.execute("SELECT run, source, ts, end_ts, process_s FROM runs "
+                           "ORDER BY run").fetchall()
+        assert runs[0] == ("m1", "capture", utc[0], utc[2], 2.5)
+        assert runs[2] == ("m2", "capture", None, None, 2.5)
+        assert runs[1][1:4] == ("store", utc[0], utc[2]) and runs[1][4] is None
+    finally:
+        con.close()
+
+
+def test_a_run_table_not_of_its_declared_columns_is_one_sentence(good: Path,
+                                                                 tmp_path: Path) -> None:
+    dataset = shutil.copytree(good, tmp_path / "ds")
+    table = pq.read_table(dataset / "runs.parquet").drop_columns(["source"])
+    pq.write_table(table, dataset / "runs.parquet")
+    code, out, err = _cli("sql", str(dataset), "SELECT count(*) FROM runs_latest")
+    assert (code, out) == (2, "") and len(err.splitlines()) == 1, err
+    assert "cannot read the dataset" in err and "re-create it with `evalkit ingest`" in err

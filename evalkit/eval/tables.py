@@ -196,16 +196,17 @@ def open_dataset(path: Path, *, kept: bool = True) -> duckdb.DuckDBPyConnection:
     tables = [*ds.TABLES,
               *([SUMMARIES] if kept and _kept_summaries_current(folder, info) else []),
               *_gathered_tables(folder, info)]
-    for table in tables:
+    made = [(table, f"{_select(table, folder / f'{table}.parquet')}", f"{table}.parquet")
+            for table in tables]
+    made += [(view.name, view.sql, f"the view {view.name}") for view in VIEWS
+             if set(view.reads) <= set(tables)]
+    for name, select, what in made:
         try:
-            con.execute(f"CREATE VIEW {table} AS {_select(table, folder / f'{table}.parquet')}")
-        except duckdb.Error as exc:
+            con.execute(f"CREATE VIEW {name} AS {select}")
+        except duckdb.Error as exc:  # a damaged file, or one not of the declared columns
             con.close()
-            raise EvalkitError(f"cannot read the dataset {folder}: {table}.parquet: "
+            raise EvalkitError(f"cannot read the dataset {folder}: {what}: "
                                f"{_first_line(exc)}; re-create it with `evalkit ingest`") from None
-    for view in VIEWS:
-        if set(view.reads) <= set(tables):
-            con.execute(f"CREATE VIEW {view.name} AS {view.sql}")
     return con
 
 
