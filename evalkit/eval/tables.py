@@ -57,7 +57,9 @@ SUMMARIES_COLUMNS: tuple[Column, ...] = (
     Column("outcome", pa.string(), "its outcome"),
     Column("records", pa.int64(), "records the reader read"),
     Column("summary", pa.string(), "the whole `RunSummary` (the facts a verdict is judged "
-           "from), fields still at their defaults left out", json=True),
+           "from), fields still at their defaults left out; JSON text rather than a struct "
+           "because `score --dataset` decodes each straight from the file's buffer, which "
+           "is what keeps it fast", json=True),
 )
 SUMMARIES_SCHEMA = schema(SUMMARIES_COLUMNS)
 
