@@ -252,3 +252,25 @@ def test_a_run_table_not_of_its_declared_columns_is_one_sentence(good: Path,
     code, out, err = _cli("sql", str(dataset), "SELECT count(*) FROM runs_latest")
     assert (code, out) == (2, "") and len(err.splitlines()) == 1, err
     assert "cannot read the dataset" in err and "re-create it with `evalkit ingest`" in err
+
+
+def test_a_tool_call_is_timed_from_its_record_whatever_the_order_of_its_arguments(
+        tmp_path: Path) -> None:
+    """tools.jsonl is canonical JSON (keys sorted); the stream keeps the agent's order."""
+    from tests._runs import envelope, write_run
+
+    asked = {"offset": 4000, "handle": "r2", "length": 4000}
+    write_run(tmp_path / "runs" / "r", [
+        envelope(1, {"event": "tool_call", "index": 0, "tool": "mission_result",
+                     "arguments": asked}, "2026-01-02T03:04:05.000Z"),
+        envelope(2, {"event": "tool_call", "index": 1, "tool": "mission_result",
+                     "arguments": {**asked, "offset": 8000}}, "2026-01-02T03:04:06.000Z")],
+        meta={"run_id": "run_r", "meta": {}},
+        tools=[{"call": 1, "at": "2026-01-02T03:04:05.250Z", "tool": "mission_result",
+                "arguments": asked, "result": {"exit_code": 0}},
+               {"call": 2, "at": "2026-01-02T03:04:06.040Z", "tool": "mission_result",
+                "arguments": {**asked, "offset": 8000}, "result": {"exit_code": 0}}])
+    out = evalkit.ingest(tmp_path / "runs").out
+    calls = pq.read_table(out / "tool_calls.parquet", columns=["call", "duration_ms"])
+    assert calls.to_pylist() == [{"call": 1, "duration_ms": 250.0},
+                                 {"call": 2, "duration_ms": 40.0}]

@@ -16,6 +16,7 @@ wall time (the harness's ``command.json``).
 
 from __future__ import annotations
 
+import json
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -293,7 +294,7 @@ class _Calls:
         if found is not None:
             nbytes += found[0]
             given = {"run": run, "path": _in_run(run, TOOLS_FILE)}
-            call_lines, call_rows, listed_lines, listed = [], [], [], []
+            call_lines, call_rows, dispatched, listed_lines, listed = [], [], [], [], []
             for line, o in zip(*found[1], strict=True):
                 if ds.is_catalogue(o):
                     entries = ds.catalogue_rows(o)
@@ -302,7 +303,8 @@ class _Calls:
                 else:
                     call_lines.append(line)
                     call_rows.append(ds.tool_columns(o))
-            _start_from_events(call_rows, records, rows)
+                    dispatched.append(o)
+            _start_from_events(call_rows, dispatched, records, rows)
             self.tools.add(given, call_lines, call_rows)
             self.catalogue.add(given, listed_lines, listed)
         return nbytes
@@ -319,19 +321,28 @@ def _lines(base: str, name: str) -> tuple[int, tuple[list[int], list[dict[str, A
                                      for i, record in enumerate(read.records)])
 
 
-def _start_from_events(calls: list[dict[str, Any]], records: list[dict[str, Any]],
-                       rows: list[dict[str, Any]]) -> None:
-    """A tool call's start, where its line has none: the time of its ``tool_call`` record
-    (written just before the dispatch), matched by tool and arguments in order."""
-    waiting: dict[tuple[Any, Any], deque[Any]] = {}
+def _start_from_events(calls: list[dict[str, Any]], lines: list[dict[str, Any]],
+                       records: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """A tool call's start, where its line (``lines``, parallel to ``calls``) has none: the
+    time of its ``tool_call`` record (written just before the dispatch), matched by tool
+    and arguments (whatever their keys' order: tools.jsonl sorts them) in order."""
+    waiting: dict[tuple[Any, str], deque[Any]] = {}
     for record, row in zip(records, rows, strict=True):
         if row["event"] == "tool_call" and row["tool"] is not None:
-            key = (row["tool"], ds.json_text(record, "arguments"))
+            key = (row["tool"], _sorted_json(record.get("arguments")))
             waiting.setdefault(key, deque()).append(row["ts"])
-    for call in calls:
-        queue = waiting.get((call["tool"], call["arguments"]))
+    for call, line in zip(calls, lines, strict=True):
+        queue = waiting.get((call["tool"], _sorted_json(line.get("arguments"))))
         if queue and call["start_ts"] is None:
             call["start_ts"] = queue.popleft()
             call["duration_ms"] = ds.millis(call["start_ts"], call["ts"])
         elif queue:
             queue.popleft()
+
+
+def _sorted_json(value: Any) -> str:
+    """``value`` as JSON text with sorted keys: the same arguments give the same text."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:  # an integer past 64 bits, or nested past orjson's depth
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
