@@ -132,6 +132,9 @@ def _read(dataset: Path, table: str) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from evalkit.eval.tables import check_dataset
+
+    check_dataset(dataset)  # a dataset of another schema is one sentence, not odd columns
     file = dataset / f"{table}.parquet"
     try:
         if file.is_file():

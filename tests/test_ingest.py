@@ -82,8 +82,8 @@ def test_envelopes_and_bare_records_read_the_same(tmp_path: Path) -> None:
     env = [r for r in rows if r["run"] == "env"]
     plain = [r for r in rows if r["run"] == "bare"]
     assert [orjson.loads(r["record"]) for r in env] == [orjson.loads(r["record"]) for r in plain]
-    assert [r["seq"] for r in env] == [1, 2, 3] and all(r["at"] for r in env)
-    assert [r["seq"] for r in plain] == [None] * 3 and [r["at"] for r in plain] == [None] * 3
+    assert [r["seq"] for r in env] == [1, 2, 3] and all(r["ts"] for r in env)
+    assert [r["seq"] for r in plain] == [None] * 3 and [r["ts"] for r in plain] == [None] * 3
     assert [r["event"] for r in env] == ["mission_started", "tool_call", "mission_finished"]
     assert env[2]["total_tokens"] == 120 and env[0]["run_id"] == "run_x-1"
 
@@ -109,8 +109,9 @@ def test_model_and_tool_calls_are_ingested(tmp_path: Path) -> None:
     assert (m["run"], m["path"], m["call"], m["kind"], m["content"], m["total_tokens"]) == (
         "r", "r/model.jsonl", 1, "mission", "hello", 4.0)
     assert orjson.loads(m["record"]) == model[0]
-    t0, t1 = _rows(out, "tool_calls")
-    assert json.loads(t0["catalogue"]) == [{"name": "mcp.a"}] and t0["tool"] is None
+    (t1,) = _rows(out, "tool_calls")  # schema 2: the catalogue line is tool_catalogue's
+    (t0,) = _rows(out, "tool_catalogue")
+    assert json.loads(t0["descriptor"]) == {"name": "mcp.a"} and t0["name"] == "mcp.a"
     assert (t1["tool"], json.loads(t1["arguments"]), t1["exit_code"]) == ("mcp.a", {"q": 1}, 0)
     runs = {r["run"]: r for r in _rows(out, "runs")}
     assert json.loads(runs["r"]["meta"])["run_id"] == "run_meta"
@@ -127,7 +128,7 @@ def test_empty_root_gives_empty_tables_with_their_schema(tmp_path: Path) -> None
         read = pq.read_table(out / f"{table}.parquet")
         assert read.num_rows == 0 and read.schema.names == schema.names
     manifest = json.loads((out / "dataset.json").read_text())
-    assert manifest["format"] == "evalkit-dataset" and manifest["version"] == 1
+    assert manifest["format"] == "evalkit-dataset" and manifest["schema"] == 2
     assert manifest["runs"] == 0 and manifest["events"] == 0
 
 
@@ -252,7 +253,7 @@ def test_worker_processes_give_the_same_tables_as_one_process(tmp_path):
     one = ingest(runs, tmp_path / "one", workers=1)
     two = ingest(runs, tmp_path / "two", workers=2, batch_bytes=1)  # a batch a run
     assert (one.runs, one.events) == (two.runs, two.events) == (7, 49)
-    for table in ("runs", "events", "model_calls", "tool_calls"):
+    for table in ("runs", "events", "model_calls", "tool_calls", "tool_catalogue"):
         a = pq.read_table(tmp_path / "one" / f"{table}.parquet")
         b = pq.read_table(tmp_path / "two" / f"{table}.parquet")
         assert a.to_pylist() == b.to_pylist(), table
@@ -345,7 +346,9 @@ def test_every_line_reads_as_the_reference_either_way(tmp_path_factory, events, 
         want = []
         for number, line in enumerate(lines[name], start=1):
             kind, record, env = ds.classify(line)
-            if kind == "record":
+            # Schema 2: a catalogue line is tool_catalogue's rows, not a call.
+            if kind == "record" and not (name == "tools" and ds.is_catalogue(
+                    env if env is not None else record)):
                 row = (ds.event_columns(record, env) if columns is None
                        else columns(env if env is not None else record))
                 want.append((number, row))
@@ -409,10 +412,13 @@ def test_a_tool_call_with_string_arguments_is_ingested(tmp_path: Path) -> None:
     """DuckDB once cast the unwrapped string back to JSON: {"arguments":"x"} failed."""
     run = tmp_path / "runs" / "r"
     write_run(run, [bare(finished())])
-    (run / "tools.jsonl").write_text('{"call":1,"arguments":"x","catalogue":"c"}\n'
-                                     '{"call": 2, "arguments": "y", "catalogue": 1e+16}\n')
-    rows = _rows(ingest(tmp_path / "runs").out, "tool_calls")
-    assert [(r["arguments"], r["catalogue"]) for r in rows] == [("x", "c"), ("y", "1e+16")]
+    (run / "tools.jsonl").write_text('{"call":1,"arguments":"x"}\n{"call": 2, "arguments": "y"}\n'
+                                     '{"call":0,"catalogue":"c"}\n{"call":0,"catalogue":1e+16}\n')
+    out = ingest(tmp_path / "runs").out
+    rows = _rows(out, "tool_calls")  # schema 2: arguments as JSON text, catalogues apart
+    assert [json.loads(r["arguments"]) for r in rows] == ["x", "y"]
+    listed = _rows(out, "tool_catalogue")
+    assert [json.loads(r["descriptor"]) for r in listed] == ["c", 1e16]
 
 
 def test_a_script_without_a_main_guard_can_ingest_with_workers(tmp_path: Path) -> None:

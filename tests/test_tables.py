@@ -250,8 +250,8 @@ def test_newer_dataset_version_is_refused(tmp_path: Path) -> None:
     write_run(runs / "a", [bare({"event": "step_started", "index": 1})])
     out = ingest(runs).out
     manifest = json.loads((out / "dataset.json").read_text())
-    (out / "dataset.json").write_text(json.dumps({**manifest, "version": 99}))
-    with pytest.raises(EvalkitError, match="version 99"):
+    (out / "dataset.json").write_text(json.dumps({**manifest, "schema": 99}))  # was "version"
+    with pytest.raises(EvalkitError, match="schema 99"):
         summaries_from_dataset(out)
 
 

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import click
@@ -37,22 +38,43 @@ def _warn(sentence: str) -> None:
 
 
 @click.command()
-@click.argument("folder", type=click.Path(path_type=Path))
-@click.argument("query")
+@click.argument("folder", type=click.Path(path_type=Path), required=False)
+@click.argument("query", required=False)
+@click.option("--query", "name", metavar="NAME",
+              help="Ask a question evalkit ships: pass-rates, slowest-tools, token-cost, flaky.")
+@click.option("--show", is_flag=True, help="Print the SQL of --query NAME instead of running it.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True)
-def sql(folder: Path, query: str, fmt: str) -> None:
-    """Answer QUERY with DuckDB over the runs, events, model_calls, tool_calls, summaries
-    and verdicts tables.
+def sql(folder: Path | None, query: str | None, name: str | None, show: bool, fmt: str) -> None:
+    """Answer QUERY with DuckDB over the runs, events, model_calls, tool_calls,
+    tool_catalogue, summaries and verdicts tables, and the views runs_latest,
+    events_latest and verdicts_latest (docs/TABLES.md).
 
     FOLDER is a dataset written by `evalkit ingest`, or a folder of runs and score
     reports (ingested first).
     QUERY is one SELECT (DESCRIBE, SHOW, SUMMARIZE, FROM and WITH included) or an EXPLAIN
     of one: sql only reads, so anything that could write (COPY, CREATE, ATTACH, SET …)
     is refused before it runs, and files outside the dataset cannot be read.
+    --query NAME asks a named question instead; --show prints its SQL.
     """
     import evalkit
+    from evalkit.errors import EvalkitError
 
+    if name is not None:
+        from evalkit.eval.named_queries import named
+
+        if query is not None:
+            raise EvalkitError("give either a QUERY or --query NAME, not both")
+        text = named(name).sql
+        if show:
+            click.echo(text, nl=False)
+            return
+        query = text
+    elif show:
+        raise EvalkitError("--show prints the SQL of a named query: give --query NAME too")
+    if folder is None or query is None:
+        raise EvalkitError("give a FOLDER (a dataset or a folder of runs) and a QUERY, "
+                           "or --query NAME")
     columns, rows = evalkit.query(folder, query, warn=_warn)
     if fmt == "json":
         for row in rows:
@@ -68,9 +90,11 @@ def sql(folder: Path, query: str, fmt: str) -> None:
 
 def _json_value(value: object) -> object:
     """A value as a JSON line can hold it: NaN and infinities (DuckDB's DOUBLE has them,
-    JSON has not) as null, so every line stays JSON a program can read."""
+    JSON has not) as null, so every line stays JSON a program can read; a time as ISO 8601."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, datetime):  # a TIMESTAMP WITH TIME ZONE: ISO 8601, as recorded
+        return value.isoformat()
     if isinstance(value, (list, tuple)):
         return [_json_value(item) for item in value]
     if isinstance(value, dict):

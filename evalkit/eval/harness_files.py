@@ -8,6 +8,8 @@ is ``evalkit.store.layout``'s.
 
 from __future__ import annotations
 
+from evalkit.store.layout import CAPTURE_FILE as CAPTURE_FILE  # re-exported: read here too
+
 #: A score report (``ScoreReport.to_dict()``) and its Markdown.
 REPORT_FILE, REPORT_MD = "report.json", "report.md"
 REPORT_FORMAT, REPORT_VERSION = "evalkit-score", 1
@@ -22,7 +24,8 @@ RUN_FORMAT, RUN_VERSION = "evalkit-run", 1
 
 #: Beside each mission's stream: how the agent was spawned and how it ended,
 #: and what it printed (scrubbed).
-CAPTURE_FILE, STDOUT_FILE, STDERR_FILE = "command.json", "stdout.txt", "stderr.txt"
+#: (``CAPTURE_FILE`` is named in ``evalkit.store.layout``: ingest reads it too.)
+STDOUT_FILE, STDERR_FILE = "stdout.txt", "stderr.txt"
 
 #: How the first bytes of each file read when evalkit wrote it: (how it starts, what
 #: its first 4 KB hold). The formats come first in the JSON evalkit writes.

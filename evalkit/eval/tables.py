@@ -33,6 +33,7 @@ import pyarrow as pa
 from evalkit.errors import EvalkitError
 from evalkit.eval.summary import RunSummary, summarize
 from evalkit.store import dataset as ds
+from evalkit.store.columns import Column, schema
 from evalkit.store.layout import resolve_relative, taken_alone
 
 if TYPE_CHECKING:  # DuckDB and the ingest load only where they are used:
@@ -49,10 +50,18 @@ SUMMARY_VERSION = 3
 SUMMARIES = "summaries"
 _TUPLE_FIELDS = ("problems", "tools_called", "gate_tools", "rejected_tools")
 
-SUMMARIES_SCHEMA = pa.schema([
-    ("events_path", pa.string()), ("run_id", pa.string()), ("finished", pa.bool_()),
-    ("outcome", pa.string()), ("records", pa.int64()), ("summary", pa.string()),
-])
+SUMMARIES_COLUMNS: tuple[Column, ...] = (
+    Column("events_path", pa.string(), "the stream, relative to the ingested folder"),
+    Column("run_id", pa.string(), "the run id the fold read"),
+    Column("finished", pa.bool_(), "whether the stream holds a `mission_finished`"),
+    Column("outcome", pa.string(), "its outcome"),
+    Column("records", pa.int64(), "records the reader read"),
+    Column("summary", pa.string(), "the whole `RunSummary` (the facts a verdict is judged "
+           "from), fields still at their defaults left out; JSON text rather than a struct "
+           "because `score --dataset` decodes each straight from the file's buffer, which "
+           "is what keeps it fast", json=True),
+)
+SUMMARIES_SCHEMA = schema(SUMMARIES_COLUMNS)
 
 
 def summary_version() -> str:
@@ -141,6 +150,12 @@ def _sql_path(path: Path) -> str:
     return "'" + os.fspath(path).replace("'", "''") + "'"
 
 
+def check_dataset(folder: Path) -> dict[str, Any]:
+    """A dataset's manifest, once it says the dataset can be read here; otherwise one
+    ``EvalkitError`` sentence (no dataset, a damaged manifest, another schema)."""
+    return _check_manifest(Path(folder))
+
+
 def _check_manifest(folder: Path) -> dict[str, Any]:
     manifest = folder / ds.MANIFEST
     try:
@@ -152,34 +167,63 @@ def _check_manifest(folder: Path) -> dict[str, Any]:
         raise EvalkitError(f"cannot read {manifest}: {exc}") from None
     if not isinstance(info, dict) or info.get("format") != ds.FORMAT:
         raise EvalkitError(f"{manifest} does not describe an evalkit dataset")
-    version = info.get("version")
-    if not isinstance(version, int) or version > ds.VERSION:
-        raise EvalkitError(f"{folder} is dataset version {version!r}; this evalkit reads up to "
-                           f"version {ds.VERSION}: upgrade evalkit or re-ingest the runs")
+    # A manifest without ``schema`` was written before there was one: its ``version``
+    # was the same fact, and is 1 in every dataset written then.
+    schema = info.get(ds.SCHEMA_KEY, info.get("version"))
+    if type(schema) is not int:
+        raise EvalkitError(f"{manifest} does not say the schema of its tables; re-create the "
+                           f"dataset with `evalkit ingest`")
+    if schema > ds.SCHEMA:
+        raise EvalkitError(f"{folder} holds tables of schema {schema}; this evalkit reads schema "
+                           f"{ds.SCHEMA}: upgrade evalkit or re-ingest the runs")
+    if schema < ds.SCHEMA:
+        raise EvalkitError(f"{folder} holds tables of schema {schema}, written by an older "
+                           f"evalkit; re-run `evalkit ingest` on its runs to rewrite it as "
+                           f"schema {ds.SCHEMA}")
     return info
 
 
 def open_dataset(path: Path, *, kept: bool = True) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with views runs, events, model_calls, tool_calls,
-    and ``summaries`` when the dataset keeps current ones (and ``kept`` is true)."""
+    """An in-memory DuckDB connection with a view of each table of the dataset (``summaries``
+    when the dataset keeps current ones and ``kept`` is true), its JSON text columns read
+    as ``JSON``, and the views of ``evalkit.eval.views`` whose tables are there."""
     import duckdb
+
+    from evalkit.eval.views import VIEWS
 
     folder = Path(path)
     info = _check_manifest(folder)
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
-    views = [*ds.TABLES,
-             *([SUMMARIES] if kept and _kept_summaries_current(folder, info) else []),
-             *_gathered_tables(folder, info)]
-    for table in views:
+    tables = [*ds.TABLES,
+              *([SUMMARIES] if kept and _kept_summaries_current(folder, info) else []),
+              *_gathered_tables(folder, info)]
+    made = [(table, f"{_select(table, folder / f'{table}.parquet')}", f"{table}.parquet")
+            for table in tables]
+    made += [(view.name, view.sql, f"the view {view.name}") for view in VIEWS
+             if set(view.reads) <= set(tables)]
+    for name, select, what in made:
         try:
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet("
-                        f"{_sql_path(folder / f'{table}.parquet')})")
-        except duckdb.Error as exc:
+            con.execute(f"CREATE VIEW {name} AS {select}")
+        except duckdb.Error as exc:  # a damaged file, or one not of the declared columns
             con.close()
-            raise EvalkitError(f"cannot read the dataset {folder}: {table}.parquet: "
+            raise EvalkitError(f"cannot read the dataset {folder}: {what}: "
                                f"{_first_line(exc)}; re-create it with `evalkit ingest`") from None
     return con
+
+
+def _select(table: str, file: Path) -> str:
+    """The SELECT a table's view is: its Parquet file, JSON text read as DuckDB ``JSON``."""
+    casts = [f"CAST({name} AS JSON) AS {name}" for name in json_columns(table)]
+    replace = f" REPLACE ({', '.join(casts)})" if casts else ""
+    return f"SELECT *{replace} FROM read_parquet({_sql_path(file)})"
+
+
+def json_columns(table: str) -> list[str]:
+    """The columns of a dataset table that hold JSON text (``JSON`` in `evalkit sql`)."""
+    if table == SUMMARIES:
+        return [c.name for c in SUMMARIES_COLUMNS if c.json]
+    return ds.json_columns(table)
 
 
 #: What a table a ``Gathering`` added may be called, to be made a view.

@@ -61,6 +61,23 @@ _HEAD: tuple[tuple[str, pa.DataType], ...] = (
 
 VERDICTS_SCHEMA = pa.schema([*_HEAD, *((name, KPI_TYPES[name]) for name in KPI_NAMES)])
 
+#: What each column before the KPIs says (docs/TABLES.md); a KPI column is the verdict's
+#: KPI of that name, as report.json's ``kpis`` hold it.
+MEANINGS: dict[str, str] = {
+    "report": "the score report the verdict was read from, relative to the ingested folder",
+    "config": "the measure matrix row the report belongs to (null outside a matrix)",
+    "rep": "which repeat of that row",
+    "suite": "the suite's name",
+    "key": "the mission's key", "flag": "the mission's flag", "split": "`train` or `test`",
+    "passed": "whether the mission passed", "missing": "whether its run was missing",
+    "category": "the failure taxonomy's category, where `run` added it",
+    "infra": "the infrastructure failure, where `run` added it",
+    "reasons": "why it failed, one sentence each", "checks": "the checks that failed",
+    "must": "what a reader must find in the answer",
+    "must_not": "what a reader must not find in it",
+    "source": "the stream the verdict was judged from",
+}
+
 
 def _whole(value: Any) -> int | None:
     found = number(value)

@@ -40,6 +40,7 @@ from evalkit.runtime.inflight import OutOfTime, within
 from evalkit.runtime.protocol import Answer, Call, Protocol, Rejection, make_protocol
 from evalkit.runtime.usage import UsageLedger
 from evalkit.runtime.waits import ModelUnavailable, WaitPolicy, call_with_waits
+from evalkit.store.runstore import now_iso
 
 if TYPE_CHECKING:
     from evalkit.grounding import Grammar
@@ -497,6 +498,7 @@ class Run:
                               "index": index, "since_s": round(since_s, 3)},
                              detail=detail, retry_after_s=retry))
 
+        started = now_iso()  # kept on the model.jsonl line: the tables time the call
         try:
             reply = call_with_waits(
                 lambda: within(deadline, lambda: self.model.complete(messages, tools, kind=kind),
@@ -504,26 +506,28 @@ class Run:
                 policy=self.bounds.waits, deadline=deadline, on_state=state,
                 pause=self.token.pause)
         except OutOfTime:
-            self._record_call(kind, request, {"error": ABANDONED.format(what="the model call")})
+            self._record_call(kind, request, {"error": ABANDONED.format(what="the model call")},
+                              started)
             raise self._out_of_time() from None
         except ModelUnavailable as exc:
-            self._record_call(kind, request, {"error": str(exc), "fault": exc.fault})
+            self._record_call(kind, request, {"error": str(exc), "fault": exc.fault}, started)
             raise _CallFailed(str(exc), exc.fault) from None
         except ScriptExhausted as exc:
-            self._record_call(kind, request, {"error": str(exc)})
+            self._record_call(kind, request, {"error": str(exc)}, started)
             raise _CallFailed(str(exc)) from None
         except Exception as exc:
-            self._record_call(kind, request, {"error": f"{type(exc).__name__}: {exc}"})
+            self._record_call(kind, request, {"error": f"{type(exc).__name__}: {exc}"}, started)
             raise _CallFailed(f"the model call failed: {type(exc).__name__}: {exc}") from None
         with self._usage_lock:
             self._usage.add(reply.usage)
-        self._record_call(kind, request, reply.as_record())
+        self._record_call(kind, request, reply.as_record(), started)
         return reply
 
-    def _record_call(self, kind: str, request: dict[str, Any], reply: dict[str, Any]) -> None:
+    def _record_call(self, kind: str, request: dict[str, Any], reply: dict[str, Any],
+                     started: str | None = None) -> None:
         if self._writer is not None:
             with self.token.shield():
-                self._writer.record_model_call(kind, request, reply)
+                self._writer.record_model_call(kind, request, reply, started)
 
     def _dispatch(self, index: int, call: Call, ordinal: int,
                   usage: dict[str, Any] | None) -> None:

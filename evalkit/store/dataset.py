@@ -7,25 +7,29 @@ by orjson, envelopes unwrapped by ``reader.unwrap``, values read through
 ``evalkit.store.values`` (``text``, ``number``, ``flag``). ``evalkit.store.ingest``
 computes every row with these very functions.
 
-Numbers are stored as DOUBLE (a column has one type); integers beyond 2**53
-lose precision there, so a consumer needing them exactly reads ``record``.
+The columns themselves (names, types, meanings) are declared in
+``evalkit.store.columns``. A count is a 64-bit integer column: a value that is
+not a whole number within 64 bits reads as null there, and a consumer needing it
+exactly reads ``record``. A time is read from an ISO 8601 text that names its
+zone (``when``): one without a zone would be a guess, so it reads as null.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
 from evalkit.contract import conforms
+from evalkit.store import columns
 from evalkit.store.reader import loads, unwrap
 from evalkit.store.values import flag, number, text
 
 FORMAT = "evalkit-dataset"
-VERSION = 1
 MANIFEST = "dataset.json"
 #: The manifest's list of names directly under the ingested folder that hold no
 #: events file where ``score --runs`` would look (so both paths word a mission alike).
@@ -40,53 +44,25 @@ WITHOUT_RECORDS = "without_records"
 ALTERED = "altered"
 SEALS = "seals"
 DEFAULT_NAME = "dataset.parquet"
-TABLES = ("runs", "events", "model_calls", "tool_calls")
+#: The manifest's key for the tables' schema (``columns.SCHEMA``); a manifest without
+#: it is schema 1, whose ``version`` said the same.
+SCHEMA_KEY = "schema"
+SCHEMA = columns.SCHEMA
+TABLES = tuple(columns.TABLES)
 
-_S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+EVENTS_SCHEMA = columns.schema(columns.EVENTS)
+RUNS_SCHEMA = columns.schema(columns.RUNS)
+MODEL_SCHEMA = columns.schema(columns.MODEL_CALLS)
+TOOL_SCHEMA = columns.schema(columns.TOOL_CALLS)
+CATALOGUE_SCHEMA = columns.schema(columns.TOOL_CATALOGUE)
 
-#: Typed columns of ``events`` read from the record (name, type), in order.
-EVENT_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
-    ("event", _S), ("branch", _S), ("index", _I), ("tool", _S), ("call", _I),
-    ("ok", _B), ("has_plan", _B), ("injected_truthy", _B),
-    ("repairing", _B), ("ran", _B), ("grounded", _B), ("verified", _B), ("repairs", _F),
-    ("outcome", _S), ("reason", _S), ("steps", _F), ("max_steps", _F), ("elapsed_s", _F),
-    ("budget_which", _S), ("prompt_tokens", _F), ("completion_tokens", _F),
-    ("total_tokens", _F), ("calls", _F), ("cost", _F),
-    ("text", _S), ("run_id", _S), ("protocol", _S), ("profile", _S), ("sandbox", _S),
-    ("objective", _S),
-)
+SCHEMAS: dict[str, pa.Schema] = {name: columns.schema(cols)
+                                 for name, cols in columns.TABLES.items()}
 
-_KEYS = (("run", _S), ("events_path", _S), ("line", pa.int32()))
 
-EVENTS_SCHEMA = pa.schema(
-    [*_KEYS, ("seq", _I), ("at", _S), *EVENT_FIELDS,
-     ("problems", pa.list_(_S)), ("record", _S)]
-)
-
-RUNS_SCHEMA = pa.schema([
-    ("run", _S), ("events_path", _S), ("records", _I), ("blank", _I), ("torn", _I),
-    ("non_object", _I), ("run_id", _S), ("objective", _S), ("finished", _B), ("outcome", _S),
-    ("meta", _S),
-])
-
-MODEL_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
-    ("call", _I), ("at", _S), ("kind", _S), ("content", _S),
-    ("prompt_tokens", _F), ("completion_tokens", _F), ("total_tokens", _F),
-)
-MODEL_SCHEMA = pa.schema([("run", _S), ("path", _S), ("line", pa.int32()), *MODEL_FIELDS,
-                          ("record", _S)])
-
-TOOL_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
-    ("call", _I), ("at", _S), ("tool", _S), ("arguments", _S), ("exit_code", _I),
-    ("catalogue", _S),
-)
-TOOL_SCHEMA = pa.schema([("run", _S), ("path", _S), ("line", pa.int32()), *TOOL_FIELDS,
-                         ("record", _S)])
-
-SCHEMAS: dict[str, pa.Schema] = {
-    "runs": RUNS_SCHEMA, "events": EVENTS_SCHEMA,
-    "model_calls": MODEL_SCHEMA, "tool_calls": TOOL_SCHEMA,
-}
+def json_columns(table: str) -> list[str]:
+    """The columns of a run table holding JSON text (DuckDB ``JSON`` in `evalkit sql`)."""
+    return [c.name for c in columns.TABLES.get(table, ()) if c.json]
 
 
 def classify(line: str) -> tuple[str, dict[str, Any] | None, dict[str, Any] | None]:
@@ -140,17 +116,48 @@ def dumps(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def when(value: Any) -> datetime | None:
+    """A field read as a time: ISO 8601 text naming its zone (the run store writes
+    ``2026-12-04T21:05:17.828Z``), in UTC; anything else, a zoneless time included, null."""
+    if type(value) is not str:
+        return None
+    try:
+        found = datetime.fromisoformat(value)
+        return found.astimezone(UTC) if found.tzinfo is not None else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def millis(start: datetime | None, end: datetime | None) -> float | None:
+    """Milliseconds from ``start`` to ``end``; null when either is unknown."""
+    if start is None or end is None:
+        return None
+    return (end - start) / _MS
+
+
+_MS = timedelta(milliseconds=1)
+
+
+def json_text(mapping: Mapping[str, Any], key: str) -> str | None:
+    """``mapping[key]`` as compact JSON text; null when absent or JSON null."""
+    value = mapping.get(key)
+    return None if value is None else dumps(value)
+
+
 #: The ``events`` columns read from the record's field of the same name, and how each is
 #: read. Every reader reads null as null, so a field the record lacks is a null column.
 _EVENT_FIELDS: dict[str, Any] = {
     "event": text, "branch": text, "index": integer, "tool": text, "call": integer,
     "ok": flag, "repairing": flag, "ran": flag, "grounded": flag, "verified": flag,
-    "repairs": real, "outcome": text, "reason": text, "steps": real, "max_steps": real,
-    "elapsed_s": real, "text": text, "run_id": text, "protocol": text, "profile": text,
-    "sandbox": text, "objective": text,
+    "repairs": integer, "outcome": text, "reason": text, "steps": integer,
+    "max_steps": integer, "elapsed_s": real, "text": text, "run_id": text, "protocol": text,
+    "profile": text, "sandbox": text, "objective": text,
 }
-#: The columns read from the record's ``usage`` object, each as ``real``.
-_USAGE_FIELDS = ("prompt_tokens", "completion_tokens", "total_tokens", "calls", "cost")
+#: The columns read from the record's ``usage`` object, and how each is read.
+_USAGE_FIELDS: dict[str, Any] = {
+    "prompt_tokens": integer, "completion_tokens": integer, "total_tokens": integer,
+    "calls": integer, "cost": real,
+}
 _NULL_ROW = (*_EVENT_FIELDS, *_USAGE_FIELDS)
 
 
@@ -164,18 +171,24 @@ def event_columns(record: Mapping[str, Any], envelope: Mapping[str, Any] | None)
         row[name] = _EVENT_FIELDS[name](record[name])
     env = envelope or {}
     row["seq"] = integer(env.get("seq"))
-    row["at"] = text(env.get("at"))
+    row["ts"] = when(env.get("at"))
     row["has_plan"] = "plan" in record
     row["injected_truthy"] = bool(record.get("injected"))
     budget = record.get("budget")
     row["budget_which"] = text(budget.get("which")) if isinstance(budget, dict) else text(budget)
     usage = record.get("usage")
     if isinstance(usage, dict):
-        for name in _USAGE_FIELDS:
-            row[name] = real(usage.get(name))
+        for name, read in _USAGE_FIELDS.items():
+            row[name] = read(usage.get(name))
     row["problems"] = conforms(record)
     row["record"] = dumps(record)
     return row
+
+
+def _times(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A call line's times: ``at`` (written once the call returned) and ``started``."""
+    end, start = when(record.get("at")), when(record.get("started"))
+    return {"ts": end, "start_ts": start, "duration_ms": millis(start, end)}
 
 
 def model_columns(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,25 +197,66 @@ def model_columns(record: Mapping[str, Any]) -> dict[str, Any]:
     usage = _dict(reply.get("usage"))
     return {
         "call": integer(record.get("call")),
-        "at": text(record.get("at")),
+        **_times(record),
         "kind": text(record.get("kind")),
         "content": text(reply.get("content")),
-        "prompt_tokens": real(usage.get("prompt_tokens")),
-        "completion_tokens": real(usage.get("completion_tokens")),
-        "total_tokens": real(usage.get("total_tokens")),
+        "error": text(reply.get("error")),
+        "prompt_tokens": integer(usage.get("prompt_tokens")),
+        "completion_tokens": integer(usage.get("completion_tokens")),
+        "total_tokens": integer(usage.get("total_tokens")),
+        "tool_calls": json_text(reply, "tool_calls"),
+        "request": json_text(record, "request"),
         "record": dumps(record),
     }
 
 
+def is_catalogue(record: Mapping[str, Any]) -> bool:
+    """Whether a tools.jsonl line is the catalogue (``tool_catalogue``), not a call."""
+    return "catalogue" in record
+
+
 def tool_columns(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The typed ``tool_calls`` columns of one tools.jsonl line."""
+    """The typed ``tool_calls`` columns of one tools.jsonl line that is a call."""
     result = _dict(record.get("result"))
     return {
         "call": integer(record.get("call")),
-        "at": text(record.get("at")),
+        **_times(record),
         "tool": text(record.get("tool")),
-        "arguments": text(record["arguments"]) if "arguments" in record else None,
+        "arguments": json_text(record, "arguments"),
         "exit_code": integer(result.get("exit_code")),
-        "catalogue": text(record["catalogue"]) if "catalogue" in record else None,
+        "stdout": text(result.get("stdout")),
+        "stderr": text(result.get("stderr")),
+        "structured": json_text(result, "structured"),
         "record": dumps(record),
+    }
+
+
+_HINTS = tuple(field.name for field in columns.HINTS)
+
+
+def catalogue_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``tool_catalogue`` rows of a catalogue line: one per descriptor (a catalogue
+    that is not a list is one row holding it, so nothing is lost)."""
+    ts = when(record.get("at"))
+    found = record.get("catalogue")
+    if not isinstance(found, list):
+        return [{"ts": ts, "position": None, **dict.fromkeys(_DESCRIPTOR),
+                 "descriptor": json_text(record, "catalogue")}]
+    return [{"ts": ts, "position": i, **_descriptor(item)} for i, item in enumerate(found)]
+
+
+_DESCRIPTOR = ("name", "description", "plane", "code", "scopes", "annotations", "parameters")
+
+
+def _descriptor(item: Any) -> dict[str, Any]:
+    d = _dict(item)
+    scopes, hints = d.get("scopes"), d.get("annotations")
+    return {
+        "name": text(d.get("name")), "description": text(d.get("description")),
+        "plane": text(d.get("plane")), "code": flag(d.get("code")),
+        "scopes": [text(s) for s in scopes] if isinstance(scopes, list) else None,
+        "annotations": ({h: flag(hints.get(h)) for h in _HINTS}
+                        if isinstance(hints, dict) else None),
+        "parameters": json_text(d, "parameters"),
+        "descriptor": dumps(item),
     }

@@ -20,6 +20,9 @@ META_FILE = "meta.json"
 LOCK_FILE = "lock"
 MODEL_FILE = "model.jsonl"
 TOOLS_FILE = "tools.jsonl"
+#: Beside a stream the harness captured: how the agent was spawned and how it ended
+#: (``evalkit.eval.harness_files`` writes it; ingest reads its ``wall_s`` and ``runs``).
+CAPTURE_FILE = "command.json"
 #: A closed recording's signed list of its files (``evalkit.store.seal``).
 MANIFEST_FILE = "manifest.json"
 

@@ -344,12 +344,19 @@ class RunWriter:
             self._seq = seq
             return seq
 
-    def record_model_call(self, kind: str, request: dict[str, Any], reply: dict[str, Any]) -> int:
-        """Append one model exchange to model.jsonl; returns its 1-based call number."""
+    def record_model_call(self, kind: str, request: dict[str, Any], reply: dict[str, Any],
+                          started: str | None = None) -> int:
+        """Append one model exchange to model.jsonl; returns its 1-based call number.
+
+        ``started`` (``now_iso()`` taken as the call began) is kept as the line's
+        ``started``, so the tables can say how long the call took: ``at`` is written
+        once it returned."""
         with self._lock:
             self._check_open()
             call = self._model_calls + 1
             line = {"call": call, "at": now_iso(), "kind": kind, "request": request, "reply": reply}
+            if started is not None:
+                line["started"] = started
             self._model.write_line(encode_line(redact_obj(line), canonical=True))
             self._model_calls = call
             return call
@@ -363,7 +370,9 @@ class RunWriter:
 
     def record_tool_call(self, tool: str, arguments: dict[str, Any],
                          result: dict[str, Any]) -> int:
-        """Append one tool dispatch to tools.jsonl; returns its 1-based call number."""
+        """Append one tool dispatch to tools.jsonl; returns its 1-based call number.
+
+        (Its start is the ``tool_call`` record's time, written just before the dispatch.)"""
         with self._lock:
             self._check_open()
             call = self._tool_calls + 1

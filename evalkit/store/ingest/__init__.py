@@ -172,7 +172,7 @@ def ingest(root: Path, out: Path | None = None, *,
         names = [*ds.TABLES, *(derive.schemas if derive is not None else ()),
                  *(gather.schemas if gather is not None else ())]
         without_stream, without_records = streams.unkept(skip=out)
-        manifest = {"format": ds.FORMAT, "version": ds.VERSION, "runs": n_runs,
+        manifest = {"format": ds.FORMAT, ds.SCHEMA_KEY: ds.SCHEMA, "runs": n_runs,
                     "events": n_events, "bytes": n_bytes,
                     "tables": {name: f"{name}.parquet" for name in names},
                     ds.WITHOUT_STREAM: without_stream,

@@ -69,5 +69,6 @@ class Writers:
             self.writers = {}
 
 
-_DICTIONARY = {"run", "events_path", "path", "event", "branch", "tool", "outcome", "reason",
-               "budget_which", "protocol", "profile", "sandbox", "kind", "at"}
+_DICTIONARY = {"run", "events_path", "path", "source", "event", "branch", "tool", "outcome",
+               "reason", "budget_which", "protocol", "profile", "sandbox", "kind", "name",
+               "plane"}
