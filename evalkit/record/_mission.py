@@ -1,0 +1,495 @@
+"""One recorded mission of a program evalkit did not write.
+
+A stream written by hand (``examples/my_agent.py``) can be scored, but nothing
+else can be re-derived from it: there is no run directory, no model log, no
+tool log, no seal. ``Mission`` gives any Python agent what the built-in runtime
+has, by using the very same parts: the run store's writer (``RunStore``:
+``seq``, envelopes, fsync, the lock, the seal), the ``Emitter`` (run store
+first, then the event sink) and the redactor inside them. Only the loop is the
+agent's own; the recorder is told what happened through ``model_call``,
+``tool_call`` and ``answer``, which the openai wrapper, the ``@tool``
+decorator and the LangChain handler call.
+
+What counts as a step: one model call, as in the built-in loop. A tool called
+before any model call opens a step of its own, so every ``tool_call`` has the
+``index`` the contract requires. The usage a model call reported rides the
+first record of its turn, as the contract says.
+
+How a mission ends is said in the contract's words only: ``answered`` when
+``answer`` was given, else ``incomplete`` — with the reason ``crashed: …``
+when an exception left the ``with`` block (the agent's failure, re-raised),
+``cancelled`` on SIGTERM or Ctrl-C, and ``transport fault: …`` /
+``configuration fault: …`` when the exception was a model call's that the
+endpoint caused, so the scorer charges the machine room, not the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from evalkit.contract import SCHEMA_VERSION
+from evalkit.errors import EvalkitError, RecordingFailed
+from evalkit.record._jsonable import jsonable
+from evalkit.runtime.tools.descriptor import ResultStore, ToolResult
+from evalkit.runtime.usage import UsageLedger
+from evalkit.store.emitter import Emitter
+from evalkit.store.layout import runs_root
+from evalkit.store.runstore import RunStore, RunWriter
+from evalkit.store.sink import EVENTS_ENV, EventSink
+
+#: What a model call's ``kind`` is in model.jsonl (the built-in loop's word for a turn).
+MISSION_CALL = "mission"
+#: The reason of a mission that ended with no answer and no exception.
+NO_ANSWER = "ended without an answer"
+
+_CURRENT: contextvars.ContextVar[Mission | None] = contextvars.ContextVar(
+    "evalkit_record_mission", default=None)
+_OPEN: list[Mission] = []
+_OPEN_LOCK = threading.Lock()
+
+
+def current() -> Mission | None:
+    """The mission recording now: this context's, else the process's only open one.
+
+    The fallback is for work a library moves to a thread of its own (a tool run in
+    an executor), where the context of the ``with`` block is not copied.
+    """
+    found = _CURRENT.get()
+    if found is not None and not found.closed:
+        return found
+    with _OPEN_LOCK:
+        return _OPEN[0] if len(_OPEN) == 1 else None
+
+
+class Terminated(SystemExit):
+    """SIGTERM inside a recorded mission: the contract's "wind up" signal. A
+    ``SystemExit`` so the process ends quietly once the mission is closed."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+class Mission:
+    """One run: ``with evalkit.record.mission("objective") as m: …``.
+
+    ``runs``: the run store root (default ``EVALKIT_RUNS``, as the built-in runtime;
+    ``none`` records nothing). ``events``: the event sink (``-``, ``fd:N`` or a path;
+    default ``EVALKIT_EVENTS``, which ``evalkit run`` sets). ``suite_key``: the suite
+    mission this run answers; recorded by hand (no harness), the run is filed under
+    ``<runs>/<suite_key>/`` so ``evalkit score --runs <runs>`` finds it. ``catalogue``:
+    tool names (or ``{name, description, parameters}``) offered from the start.
+    """
+
+    def __init__(self, objective: str, *, suite_key: str | None = None,
+                 runs: str | Path | None = None, events: str | None = None,
+                 catalogue: Iterable[str | Mapping[str, Any]] = (),
+                 meta: Mapping[str, Any] | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:
+        if suite_key is not None and (not suite_key or "/" in suite_key or
+                                      suite_key.startswith(".")):
+            raise EvalkitError(f"suite_key {suite_key!r} is not a mission key: "
+                               "use the key as the suite names it (no '/', no leading '.')")
+        self.objective = objective
+        self.suite_key = suite_key
+        self.run_id: str | None = None
+        self.answer_text: str | None = None
+        self.outcome: str | None = None
+        self.reason: str | None = None
+        self.closed = False
+        self._runs, self._events, self._environ = runs, events, environ
+        self._meta = dict(meta or {})
+        self._catalogue = [_descriptor(c) for c in catalogue]
+        self._lock = threading.RLock()
+        self._writer: RunWriter | None = None
+        self._sink: EventSink | None = None
+        self._emitter: Emitter | None = None
+        self._usage = UsageLedger()
+        self._results = ResultStore()
+        self._steps = 0
+        self._index: int | None = None
+        self._ordinal = 0
+        self._turn_usage: dict[str, Any] | None = None
+        self._unrecorded: str | None = None
+        self._pending: set[Any] = set()
+        self._fault: tuple[BaseException, str] | None = None
+        self._token: contextvars.Token[Mission | None] | None = None
+        self._sigterm: Any = None
+        self._t0 = time.monotonic()
+
+    # -- opening and closing --------------------------------------------------------------
+
+    def __enter__(self) -> Mission:
+        self.open()
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self.close(exc)
+
+    async def __aenter__(self) -> Mission:
+        return self.__enter__()
+
+    async def __aexit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        self.close(exc)
+
+    def open(self) -> Mission:
+        """Open the run directory and the sink, write ``mission_started``."""
+        from evalkit.store.orphans import close_orphans
+        from evalkit.store.seal import signer_or_none
+
+        env = os.environ if self._environ is None else self._environ
+        spec = self._events if self._events is not None else (env.get(EVENTS_ENV) or None)
+        harnessed = self._events is None and spec is not None
+        root = Path(self._runs) if self._runs is not None else runs_root(env)
+        if root is not None and str(root).strip().lower() in ("none", "off"):
+            root = None
+        if root is not None and self.suite_key and not harnessed:
+            root = root / self.suite_key
+        self._sink = _open_sink(spec) if spec else None
+        try:
+            if root is not None:
+                signer, _ = signer_or_none(env)
+                store = RunStore(root, signer=signer)
+                close_orphans(store)  # runs whose process died get their last word
+                self._writer = store.create(self._run_meta())
+                self.run_id = self._writer.run_id
+                self._writer.record_catalogue(self._catalogue)
+        except BaseException:
+            if self._sink is not None:
+                self._sink.close()
+            raise
+        self._emitter = Emitter(self._sink, self._writer)
+        self._t0 = time.monotonic()
+        self._emit(_with({
+            "event": "mission_started", "schema_version": SCHEMA_VERSION,
+            "objective": self.objective, "catalogue": self._names(), "gated": [],
+            "max_steps": 0, "history": 0, "sandbox": "none", "audit_ref": None,
+        }, run_id=self.run_id))
+        self._token = _CURRENT.set(self)
+        with _OPEN_LOCK:
+            _OPEN.append(self)
+        self._sigterm = _wind_up_on_sigterm()
+        return self
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Write ``mission_finished`` and close the recording; safe to call twice."""
+        with self._lock:
+            if self.closed or self._emitter is None:
+                return
+            self.closed = True
+            for call in list(self._pending):  # a stream the agent never read to its end
+                call.abandon()
+            self.outcome, self.reason = self._ending(exc)
+            elapsed = round(time.monotonic() - self._t0, 3)
+            self._emit(_with({"event": "mission_finished", "outcome": self.outcome,
+                              "steps": self._steps, "max_steps": 0,
+                              "usage": self._usage.totals(), "elapsed_s": elapsed},
+                             reason=self.reason))
+            try:
+                if self._writer is not None:
+                    try:
+                        self._writer.update_meta(outcome=self.outcome, reason=self.reason,
+                                                 steps=self._steps, elapsed_s=elapsed)
+                    finally:
+                        self._writer.close()
+            except RecordingFailed as failed:
+                self._unrecorded = self._unrecorded or failed.message
+            finally:
+                if self._sink is not None:
+                    self._sink.close()
+                self._forget()
+
+    def _ending(self, exc: BaseException | None) -> tuple[str, str | None]:
+        if self._unrecorded is not None:
+            return "incomplete", f"recording failed: {self._unrecorded}"
+        if exc is None or (isinstance(exc, SystemExit) and not isinstance(exc, Terminated)
+                           and exc.code in (0, None)):  # sys.exit() after the work is done
+            return ("answered", None) if self.answer_text is not None else \
+                ("incomplete", NO_ANSWER)
+        if isinstance(exc, (KeyboardInterrupt, Terminated, asyncio.CancelledError)):
+            return "incomplete", "cancelled"
+        if self._fault is not None and self._fault[0] is exc:
+            return "incomplete", self._fault[1]
+        return "incomplete", f"crashed: {type(exc).__name__}: {exc}"
+
+    def _forget(self) -> None:
+        if self._token is not None:
+            try:
+                _CURRENT.reset(self._token)
+            except ValueError:  # closed from another context (an async generator's)
+                _CURRENT.set(None)
+        with _OPEN_LOCK:
+            if self in _OPEN:
+                _OPEN.remove(self)
+        if self._sigterm is not None:
+            try:
+                signal.signal(signal.SIGTERM, self._sigterm)
+            except ValueError:  # closed off the main thread: the handler stays, harmless
+                pass
+
+    # -- what the agent did ---------------------------------------------------------------
+
+    def model_call(self, request: Mapping[str, Any], *,
+                   tools: Iterable[Mapping[str, Any]] | None = None) -> ModelCall:
+        """A model call begins: its step opens now (``step_started``), before any reply.
+
+        ``request`` is what model.jsonl keeps (``{messages, extra}``); ``tools``: the
+        ``{name, description, parameters}`` offered, which update the catalogue.
+        """
+        with self._lock:
+            self._check_open()
+            changed = self._offer(tools)
+            index = self._open_step(changed)
+            call = ModelCall(self, index, jsonable(dict(request)))
+            self._pending.add(call)
+            return call
+
+    def tool_call(self, name: str, arguments: Mapping[str, Any]) -> ToolCall:
+        """A tool call begins: ``tool_call`` is written before the tool runs."""
+        args = jsonable(dict(arguments))
+        with self._lock:
+            self._check_open()
+            if self._index is None:
+                self._open_step(None)
+            index, ordinal = self._index, self._ordinal
+            self._ordinal += 1
+            self._emit(_with({"event": "tool_call", "index": index, "tool": name,
+                              "arguments": args}, usage=self._take_usage(),
+                             call=ordinal or None))
+            return ToolCall(self, index, ordinal, name, args)
+
+    def tool(self, name: str, arguments: Mapping[str, Any], fn: Any) -> Any:
+        """Call ``fn(**arguments)`` as the tool ``name``, recording the call and its result
+        or error (re-raised). An ``async`` function gives an awaitable."""
+        import inspect
+
+        if inspect.iscoroutinefunction(fn):
+            return self._tool_async(name, arguments, fn)
+        call = self.tool_call(name, arguments)
+        try:
+            value = fn(**arguments)
+        except Exception as exc:
+            call.failed(exc)
+            raise
+        call.returned(value)
+        return value
+
+    async def _tool_async(self, name: str, arguments: Mapping[str, Any], fn: Any) -> Any:
+        call = self.tool_call(name, arguments)
+        try:
+            value = await fn(**arguments)
+        except Exception as exc:
+            call.failed(exc)
+            raise
+        call.returned(value)
+        return value
+
+    def answer(self, text: str) -> None:
+        """The mission's answer (``answer``, outcome ``answered``); given once."""
+        with self._lock:
+            self._check_open()
+            if self.answer_text is not None:
+                raise EvalkitError("this mission has its answer already; a mission answers "
+                                   "once")
+            text = text if isinstance(text, str) else str(text)
+            self._emit(_with({"event": "answer", "text": text, "outcome": "answered"},
+                             usage=self._take_usage()))
+            self.answer_text = text
+
+    # -- the parts the calls report to ----------------------------------------------------
+
+    def _model_done(self, call: ModelCall, reply: dict[str, Any],
+                    usage: dict[str, Any] | None) -> None:
+        with self._lock:
+            self._pending.discard(call)
+            if call.index == self._index:
+                self._turn_usage = usage
+            self._usage.add(usage)
+            self._record(lambda w: w.record_model_call(MISSION_CALL, call.request, reply))
+
+    def _model_failed(self, call: ModelCall, error: dict[str, Any],
+                      exc: BaseException | None) -> None:
+        with self._lock:
+            self._pending.discard(call)
+            if exc is not None and error.get("fault"):
+                self._fault = (exc, f"{error['fault']} fault: {error['error']}")
+            self._record(lambda w: w.record_model_call(MISSION_CALL, call.request, error))
+
+    def _tool_done(self, call: ToolCall, result: ToolResult) -> None:
+        with self._lock:
+            handle = self._results.put(result.output)
+            self._record(lambda w: w.record_tool_call(call.name, call.arguments,
+                                                      result.as_record()))
+            if self.closed:
+                return  # the mission ended while the tool ran: its stream is closed
+            self._emit(_with({"event": "tool_result", "index": call.index, "tool": call.name,
+                              "arguments": call.arguments, "ok": result.ok,
+                              "exit_code": result.exit_code, "output": result.output,
+                              "error": result.error, "handle": handle, "truncated": False},
+                             call=call.ordinal or None))
+
+    def _open_step(self, catalogue: list[str] | None) -> int:
+        index = self._steps
+        self._steps += 1
+        self._index, self._ordinal, self._turn_usage = index, 0, None
+        self._emit(_with({"event": "step_started", "index": index}, catalogue=catalogue))
+        return index
+
+    def _offer(self, tools: Iterable[Mapping[str, Any]] | None) -> list[str] | None:
+        """The new catalogue's names when ``tools`` offers a tool not offered yet."""
+        if not tools:
+            return None
+        known = set(self._names())
+        fresh = [_descriptor(t) for t in tools]
+        fresh = [t for t in fresh if t["name"] not in known]
+        if not fresh:
+            return None
+        self._catalogue = [*self._catalogue, *fresh]
+        self._record(lambda w: w.record_catalogue(self._catalogue))
+        return self._names()
+
+    def _take_usage(self) -> dict[str, Any] | None:
+        usage, self._turn_usage = self._turn_usage, None
+        return usage
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        assert self._emitter is not None
+        try:
+            self._emitter.emit(record)
+        except RecordingFailed as exc:  # the disk, not the agent: the sink still hears it
+            self._unrecorded = self._unrecorded or exc.message
+            self._emitter.stream(record)
+
+    def _record(self, write: Any) -> None:
+        if self._writer is None:
+            return
+        try:
+            write(self._writer)
+        except RecordingFailed as exc:
+            self._unrecorded = self._unrecorded or exc.message
+        except EvalkitError:
+            pass  # the run is closed: a straggling call has nowhere to go
+
+    def _check_open(self) -> None:
+        if self._emitter is None:
+            raise EvalkitError("this mission is not open: use it as `with mission(...) as m:`")
+        if self.closed:
+            raise EvalkitError("this mission is closed; nothing more can be recorded")
+
+    def _names(self) -> list[str]:
+        return [t["name"] for t in self._catalogue]
+
+    def _run_meta(self) -> dict[str, Any]:
+        return {"objective": self.objective, "recorder": "evalkit.record",
+                "suite_key": self.suite_key, "max_steps": 0, **jsonable(self._meta)}
+
+
+class ModelCall:
+    """One model call under way; the openai wrapper and the LangChain handler end it."""
+
+    def __init__(self, mission: Mission, index: int, request: dict[str, Any]) -> None:
+        self.mission, self.index, self.request = mission, index, request
+        self._t0 = time.perf_counter()
+        self._ended = False
+
+    def replied(self, reply: dict[str, Any]) -> None:
+        """The reply (``{content, tool_calls, usage, extras?}``), with its latency added."""
+        if self._ended:
+            return
+        self._ended = True
+        reply = dict(reply)
+        reply["extras"] = {**(reply.get("extras") or {}), "latency_s": self._latency()}
+        self.mission._model_done(self, reply, reply.get("usage"))
+
+    def failed(self, error: str, *, fault: str | None = None,
+               exc: BaseException | None = None) -> None:
+        """The call failed; ``fault`` (``transport``/``configuration``) when the wire did it."""
+        if self._ended:
+            return
+        self._ended = True
+        said: dict[str, Any] = {"error": error, "latency_s": self._latency()}
+        if fault is not None:
+            said["fault"] = fault
+        self.mission._model_failed(self, said, exc)
+
+    def abandon(self) -> None:
+        self.failed("the reply was never read to its end")
+
+    def _latency(self) -> float:
+        return round(time.perf_counter() - self._t0, 3)
+
+
+class ToolCall:
+    """One tool call under way: ``returned(value)`` or ``failed(exc)`` ends it."""
+
+    def __init__(self, mission: Mission, index: int, ordinal: int, name: str,
+                 arguments: dict[str, Any]) -> None:
+        self.mission, self.index, self.ordinal = mission, index, ordinal
+        self.name, self.arguments = name, arguments
+
+    def returned(self, value: Any) -> None:
+        """The tool's return value: text as it is, anything else as JSON text and
+        kept typed in the tool log's ``structured``."""
+        if isinstance(value, str):
+            result = ToolResult.success(value)
+        else:
+            import json
+
+            data = jsonable(value)
+            result = ToolResult.success(json.dumps(data, ensure_ascii=False), structured=data)
+        self.mission._tool_done(self, result)
+
+    def failed(self, exc: BaseException | str) -> None:
+        """The tool raised (or said it failed, as text): a failing result."""
+        said = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        self.mission._tool_done(self, ToolResult.failure(said))
+
+
+def _descriptor(tool: str | Mapping[str, Any]) -> dict[str, Any]:
+    """A catalogue entry: a name, or a descriptor (an OpenAI function tool too)."""
+    if isinstance(tool, str):
+        return {"name": tool, "description": "", "parameters": {}}
+    spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+    return {"name": str(spec.get("name") or ""),
+            "description": str(spec.get("description") or ""),
+            "parameters": jsonable(spec.get("parameters") or {})}
+
+
+def _open_sink(spec: str) -> EventSink:
+    """The event sink; an inherited descriptor is duplicated first, so that closing this
+    mission's sink leaves it open for the next mission of the same process."""
+    if spec.startswith("fd:") and spec[3:].isdigit():
+        try:
+            return EventSink.open(f"fd:{os.dup(int(spec[3:]))}")
+        except OSError:
+            pass  # not open here: the sink's own sentence says so
+    return EventSink.open(spec)
+
+
+def _wind_up_on_sigterm() -> Any:
+    """SIGTERM raises ``Terminated`` in the main thread while a mission is open, so the
+    ``with`` block closes it (``incomplete``, ``cancelled``), unless the program handles
+    SIGTERM itself. Returns the handler to put back, or None when none was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return None
+
+    def wind_up(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, wind_up)
+    return signal.SIG_DFL
+
+
+def _with(record: dict[str, Any], **optional: Any) -> dict[str, Any]:
+    """``record`` plus each optional field that has a value (absent, never null)."""
+    record.update({k: v for k, v in optional.items() if v is not None})
+    return record
