@@ -97,6 +97,12 @@ def assert_recorded_and_rescored_offline(suite: Path, out: Path, tmp_path: Path)
     verdict = json.loads(reports[0])["verdicts"][0]
     assert verdict["key"] == "times" and verdict["passed"] is True
     assert evalkit("verify", out, env=offline).returncode == 0
+    assert evalkit("diff", tmp_path / "again1", tmp_path / "again2", env=offline
+                   ).returncode == 0
+    page = tmp_path / "report.html"
+    assert evalkit("report", out, "-o", page, env=offline).returncode == 0
+    html = page.read_text("utf-8")
+    assert "17 times 23 is 391." in html and "multiply" in html
 
 
 @pytest.mark.slow  # evalkit run spawns the agent; score and verify run as processes
