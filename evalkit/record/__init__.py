@@ -31,7 +31,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from evalkit.record._mission import Mission, ModelCall, ToolCall, current
+from evalkit.record._calls import ModelCall, ToolCall
+from evalkit.record._current import current
+from evalkit.record._mission import Mission
 from evalkit.record._openai import wrap_openai
 from evalkit.record._tools import declared, tool
 

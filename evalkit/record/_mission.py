@@ -26,9 +26,7 @@ endpoint caused, so the scorer charges the machine room, not the agent.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
-import signal
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -37,6 +35,8 @@ from typing import Any
 
 from evalkit.contract import SCHEMA_VERSION
 from evalkit.errors import EvalkitError, RecordingFailed
+from evalkit.record._calls import ModelCall, ToolCall
+from evalkit.record._current import Opened, Terminated, enter, leave
 from evalkit.record._jsonable import jsonable
 from evalkit.runtime.tools.descriptor import ResultStore, ToolResult
 from evalkit.runtime.usage import UsageLedger
@@ -49,32 +49,6 @@ from evalkit.store.sink import EVENTS_ENV, EventSink
 MISSION_CALL = "mission"
 #: The reason of a mission that ended with no answer and no exception.
 NO_ANSWER = "ended without an answer"
-
-_CURRENT: contextvars.ContextVar[Mission | None] = contextvars.ContextVar(
-    "evalkit_record_mission", default=None)
-_OPEN: list[Mission] = []
-_OPEN_LOCK = threading.Lock()
-
-
-def current() -> Mission | None:
-    """The mission recording now: this context's, else the process's only open one.
-
-    The fallback is for work a library moves to a thread of its own (a tool run in
-    an executor), where the context of the ``with`` block is not copied.
-    """
-    found = _CURRENT.get()
-    if found is not None and not found.closed:
-        return found
-    with _OPEN_LOCK:
-        return _OPEN[0] if len(_OPEN) == 1 else None
-
-
-class Terminated(SystemExit):
-    """SIGTERM inside a recorded mission: the contract's "wind up" signal. A
-    ``SystemExit`` so the process ends quietly once the mission is closed."""
-
-    def __init__(self) -> None:
-        super().__init__(128 + signal.SIGTERM)
 
 
 class Mission:
@@ -118,10 +92,9 @@ class Mission:
         self._ordinal = 0
         self._turn_usage: dict[str, Any] | None = None
         self._unrecorded: str | None = None
-        self._pending: set[Any] = set()
+        self._pending: set[ModelCall] = set()
         self._fault: tuple[BaseException, str] | None = None
-        self._token: contextvars.Token[Mission | None] | None = None
-        self._sigterm: Any = None
+        self._opened: Opened | None = None
         self._t0 = time.monotonic()
 
     # -- opening and closing --------------------------------------------------------------
@@ -172,10 +145,7 @@ class Mission:
             "objective": self.objective, "catalogue": self._names(), "gated": [],
             "max_steps": 0, "history": 0, "sandbox": "none", "audit_ref": None,
         }, run_id=self.run_id))
-        self._token = _CURRENT.set(self)
-        with _OPEN_LOCK:
-            _OPEN.append(self)
-        self._sigterm = _wind_up_on_sigterm()
+        self._opened = enter(self)
         return self
 
     def close(self, exc: BaseException | None = None) -> None:
@@ -220,19 +190,8 @@ class Mission:
         return "incomplete", f"crashed: {type(exc).__name__}: {exc}"
 
     def _forget(self) -> None:
-        if self._token is not None:
-            try:
-                _CURRENT.reset(self._token)
-            except ValueError:  # closed from another context (an async generator's)
-                _CURRENT.set(None)
-        with _OPEN_LOCK:
-            if self in _OPEN:
-                _OPEN.remove(self)
-        if self._sigterm is not None:
-            try:
-                signal.signal(signal.SIGTERM, self._sigterm)
-            except ValueError:  # closed off the main thread: the handler stays, harmless
-                pass
+        if self._opened is not None:
+            leave(self, self._opened)
 
     # -- what the agent did ---------------------------------------------------------------
 
@@ -391,67 +350,6 @@ class Mission:
                 "suite_key": self.suite_key, "max_steps": 0, **jsonable(self._meta)}
 
 
-class ModelCall:
-    """One model call under way; the openai wrapper and the LangChain handler end it."""
-
-    def __init__(self, mission: Mission, index: int, request: dict[str, Any]) -> None:
-        self.mission, self.index, self.request = mission, index, request
-        self._t0 = time.perf_counter()
-        self._ended = False
-
-    def replied(self, reply: dict[str, Any]) -> None:
-        """The reply (``{content, tool_calls, usage, extras?}``), with its latency added."""
-        if self._ended:
-            return
-        self._ended = True
-        reply = dict(reply)
-        reply["extras"] = {**(reply.get("extras") or {}), "latency_s": self._latency()}
-        self.mission._model_done(self, reply, reply.get("usage"))
-
-    def failed(self, error: str, *, fault: str | None = None,
-               exc: BaseException | None = None) -> None:
-        """The call failed; ``fault`` (``transport``/``configuration``) when the wire did it."""
-        if self._ended:
-            return
-        self._ended = True
-        said: dict[str, Any] = {"error": error, "latency_s": self._latency()}
-        if fault is not None:
-            said["fault"] = fault
-        self.mission._model_failed(self, said, exc)
-
-    def abandon(self) -> None:
-        self.failed("the reply was never read to its end")
-
-    def _latency(self) -> float:
-        return round(time.perf_counter() - self._t0, 3)
-
-
-class ToolCall:
-    """One tool call under way: ``returned(value)`` or ``failed(exc)`` ends it."""
-
-    def __init__(self, mission: Mission, index: int, ordinal: int, name: str,
-                 arguments: dict[str, Any]) -> None:
-        self.mission, self.index, self.ordinal = mission, index, ordinal
-        self.name, self.arguments = name, arguments
-
-    def returned(self, value: Any) -> None:
-        """The tool's return value: text as it is, anything else as JSON text and
-        kept typed in the tool log's ``structured``."""
-        if isinstance(value, str):
-            result = ToolResult.success(value)
-        else:
-            import json
-
-            data = jsonable(value)
-            result = ToolResult.success(json.dumps(data, ensure_ascii=False), structured=data)
-        self.mission._tool_done(self, result)
-
-    def failed(self, exc: BaseException | str) -> None:
-        """The tool raised (or said it failed, as text): a failing result."""
-        said = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
-        self.mission._tool_done(self, ToolResult.failure(said))
-
-
 def _descriptor(tool: str | Mapping[str, Any]) -> dict[str, Any]:
     """A catalogue entry: a name, or a descriptor (an OpenAI function tool too)."""
     if isinstance(tool, str):
@@ -471,22 +369,6 @@ def _open_sink(spec: str) -> EventSink:
         except OSError:
             pass  # not open here: the sink's own sentence says so
     return EventSink.open(spec)
-
-
-def _wind_up_on_sigterm() -> Any:
-    """SIGTERM raises ``Terminated`` in the main thread while a mission is open, so the
-    ``with`` block closes it (``incomplete``, ``cancelled``), unless the program handles
-    SIGTERM itself. Returns the handler to put back, or None when none was installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
-        return None
-
-    def wind_up(signum: int, frame: Any) -> None:
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, wind_up)
-    return signal.SIG_DFL
 
 
 def _with(record: dict[str, Any], **optional: Any) -> dict[str, Any]:

@@ -22,8 +22,9 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from evalkit.record._calls import ModelCall
+from evalkit.record._current import current
 from evalkit.record._jsonable import jsonable, without_unset
-from evalkit.record._mission import ModelCall, current
 from evalkit.redact import remember
 from evalkit.runtime.backends.openai_compat import StreamFold, public_url, reply_of_completion
 

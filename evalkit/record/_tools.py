@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from evalkit.record._mission import current
+from evalkit.record._current import current
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -23,8 +23,10 @@ import threading
 from typing import Any
 from uuid import UUID
 
+from evalkit.record._calls import ModelCall, ToolCall
+from evalkit.record._current import current
 from evalkit.record._jsonable import jsonable
-from evalkit.record._mission import Mission, ModelCall, ToolCall, current
+from evalkit.record._mission import Mission
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler
