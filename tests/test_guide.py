@@ -105,7 +105,7 @@ def test_every_command_of_the_guide_runs_in_a_fresh_folder(tmp_path):
                 assert done.returncode == 0, (body, done.stdout, done.stderr)
                 assert "Traceback" not in done.stderr
                 ran.append((body, done))
-        assert len(server.requests) == 6  # steps 4 and 8 (twice) reached the endpoint
+        assert len(server.requests) == 6  # steps 4 and 8 (twice); step 8's replay did not
     said = {body.split()[1]: done for body, done in ran}
     assert "too small for a held-out half" in said["check"].stdout
     assert "[1/1] PASS  times" in said["run"].stderr
@@ -123,6 +123,7 @@ def test_every_command_of_the_guide_runs_in_a_fresh_folder(tmp_path):
     (run,) = (work / "runs" / "recorded" / "times" / "runs").iterdir()
     assert len((run / "model.jsonl").read_text("utf-8").splitlines()) == 2
     assert len(list((work / "recs" / "times").iterdir())) == 1
+    assert '"passed": true' in (work / "runs" / "replayed" / "report.json").read_text("utf-8")
     for path in (work / "recs").rglob("*"):
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path

@@ -40,7 +40,8 @@ from evalkit.record._tools import declared, tool
 
 def mission(objective: str, suite_key: str | None = None, *, runs: str | Path | None = None,
             events: str | None = None, catalogue: Iterable[str | Mapping[str, Any]] = (),
-            meta: Mapping[str, Any] | None = None) -> Mission:
+            meta: Mapping[str, Any] | None = None, replay: str | Path | None = None
+            ) -> Mission:
     """A mission to record, opened by ``with``: see ``Mission`` for the arguments.
 
     Its catalogue is every ``@tool`` declared so far, then ``catalogue``; tools a
@@ -50,7 +51,7 @@ def mission(objective: str, suite_key: str | None = None, *, runs: str | Path | 
     named = {c if isinstance(c, str) else c.get("name") for c in given}
     tools = [d for d in declared() if d["name"] not in named]
     return Mission(objective, suite_key=suite_key, runs=runs, events=events,
-                   catalogue=[*tools, *given], meta=meta)
+                   catalogue=[*tools, *given], meta=meta, replay=replay)
 
 
 __all__ = ["Mission", "ModelCall", "ToolCall", "current", "mission", "tool", "wrap_openai"]

@@ -38,6 +38,8 @@ from evalkit.errors import EvalkitError, RecordingFailed
 from evalkit.record._calls import ModelCall, ToolCall
 from evalkit.record._current import Opened, Terminated, enter, leave
 from evalkit.record._jsonable import jsonable
+from evalkit.record._replay import REPLAY_ENV, Replay, find_run
+from evalkit.runtime.backends import ScriptExhausted
 from evalkit.runtime.tools.descriptor import ResultStore, ToolResult
 from evalkit.runtime.usage import UsageLedger
 from evalkit.store.emitter import Emitter
@@ -60,12 +62,14 @@ class Mission:
     mission this run answers; recorded by hand (no harness), the run is filed under
     ``<runs>/<suite_key>/`` so ``evalkit score --runs <runs>`` finds it. ``catalogue``:
     tool names (or ``{name, description, parameters}``) offered from the start.
+    ``replay``: a recording to replay (default ``EVALKIT_REPLAY``; ``evalkit.record._replay``):
+    the wrapped client is served its replies and dials nothing.
     """
 
     def __init__(self, objective: str, *, suite_key: str | None = None,
                  runs: str | Path | None = None, events: str | None = None,
                  catalogue: Iterable[str | Mapping[str, Any]] = (),
-                 meta: Mapping[str, Any] | None = None,
+                 meta: Mapping[str, Any] | None = None, replay: str | Path | None = None,
                  environ: Mapping[str, str] | None = None) -> None:
         if suite_key is not None and (not suite_key or "/" in suite_key or
                                       suite_key.startswith(".")):
@@ -79,6 +83,9 @@ class Mission:
         self.reason: str | None = None
         self.closed = False
         self._runs, self._events, self._environ = runs, events, environ
+        self._replay_spec = replay
+        #: The recording this run replays (``evalkit.record._replay``); None: a live run.
+        self.replay: Replay | None = None
         self._meta = dict(meta or {})
         self._catalogue = [_descriptor(c) for c in catalogue]
         self._lock = threading.RLock()
@@ -125,6 +132,9 @@ class Mission:
             root = None
         if root is not None and self.suite_key and not harnessed:
             root = root / self.suite_key
+        replay = self._replay_spec if self._replay_spec is not None else env.get(REPLAY_ENV)
+        if replay:
+            self.replay = Replay(find_run(replay, self.objective))
         self._sink = _open_sink(spec) if spec else None
         try:
             if root is not None:
@@ -165,8 +175,10 @@ class Mission:
             try:
                 if self._writer is not None:
                     try:
+                        closing = self.replay.closing() if self.replay is not None else {}
                         self._writer.update_meta(outcome=self.outcome, reason=self.reason,
-                                                 steps=self._steps, elapsed_s=elapsed)
+                                                 steps=self._steps, elapsed_s=elapsed,
+                                                 **closing)
                     finally:
                         self._writer.close()
             except RecordingFailed as failed:
@@ -181,10 +193,14 @@ class Mission:
             return "incomplete", f"recording failed: {self._unrecorded}"
         if exc is None or (isinstance(exc, SystemExit) and not isinstance(exc, Terminated)
                            and exc.code in (0, None)):  # sys.exit() after the work is done
-            return ("answered", None) if self.answer_text is not None else \
-                ("incomplete", NO_ANSWER)
+            if self.answer_text is not None:
+                return "answered", None
+            ran_off = self.replay.backend.ran_off if self.replay is not None else None
+            return "incomplete", str(ran_off) if ran_off is not None else NO_ANSWER
         if isinstance(exc, (KeyboardInterrupt, Terminated, asyncio.CancelledError)):
             return "incomplete", "cancelled"
+        if isinstance(exc, ScriptExhausted):  # a replay ran off its recording, or a
+            return "incomplete", str(exc)      # recorded failure failed again
         if self._fault is not None and self._fault[0] is exc:
             return "incomplete", self._fault[1]
         return "incomplete", f"crashed: {type(exc).__name__}: {exc}"
@@ -346,8 +362,10 @@ class Mission:
         return [t["name"] for t in self._catalogue]
 
     def _run_meta(self) -> dict[str, Any]:
+        replayed = self.replay.meta() if self.replay is not None else {}
         return {"objective": self.objective, "recorder": "evalkit.record",
-                "suite_key": self.suite_key, "max_steps": 0, **jsonable(self._meta)}
+                "suite_key": self.suite_key, "max_steps": 0, **replayed,
+                **jsonable(self._meta)}
 
 
 def _descriptor(tool: str | Mapping[str, Any]) -> dict[str, Any]:

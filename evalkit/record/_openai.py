@@ -6,7 +6,10 @@ replaced on that one client, by a function that tells the open mission
 (``evalkit.record.current``) a call began, passes the call through untouched,
 and tells it the reply — read with the built-in backend's own readers
 (``reply_of_completion``, ``StreamFold``), so a recorded reply means the same
-whoever made the call. With no mission open, the call is not recorded.
+whoever made the call. With no mission open, the call is not recorded. When
+the mission replays a recording (``evalkit.record._replay``), nothing is dialled:
+the recorded reply is handed back as the SDK's own ``ChatCompletion`` (or a
+stream of ``ChatCompletionChunk``), as the call asked.
 
 The request is never changed: in particular a stream is not asked for usage
 (``stream_options``) the user did not ask for — their code may not expect the
@@ -25,6 +28,7 @@ from typing import Any
 from evalkit.record._calls import ModelCall
 from evalkit.record._current import current
 from evalkit.record._jsonable import jsonable, without_unset
+from evalkit.record._replay import chunks, completion
 from evalkit.redact import remember
 from evalkit.runtime.backends.openai_compat import StreamFold, public_url, reply_of_completion
 
@@ -54,6 +58,8 @@ def wrap_openai(client: Any) -> Any:
             if mission is None:
                 return await create(*args, **kwargs)
             call = _begin(mission, kwargs, where)
+            if mission.replay is not None:
+                return _served(call, mission, kwargs, asynchronous=True)
             try:
                 result = await create(*args, **kwargs)
             except BaseException as exc:
@@ -67,6 +73,8 @@ def wrap_openai(client: Any) -> Any:
             if mission is None:
                 return create(*args, **kwargs)
             call = _begin(mission, kwargs, where)
+            if mission.replay is not None:
+                return _served(call, mission, kwargs, asynchronous=False)
             try:
                 result = create(*args, **kwargs)
             except BaseException as exc:
@@ -87,6 +95,78 @@ def _begin(mission: Any, kwargs: Mapping[str, Any], where: str) -> ModelCall:
     tools = [t for t in jsonable(given.get("tools") or []) if isinstance(t, dict)]
     return mission.model_call({"messages": given.get("messages") or [], "extra": extra},
                               tools=tools or None)
+
+
+def _served(call: ModelCall, mission: Any, kwargs: Mapping[str, Any], *,
+            asynchronous: bool) -> Any:
+    """A replayed call: the recorded reply, as the SDK's own types; nothing is dialled."""
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    given = without_unset(kwargs)
+    try:
+        reply = mission.replay.serve(jsonable(given.get("messages") or []),
+                                     jsonable(given.get("tools")))
+    except Exception as exc:  # ran off the recording, or a recorded failure
+        call.failed(str(exc), exc=exc)
+        raise
+    call.replied(reply.as_record())
+    model = str(given.get("model") or "recording")
+    if not given.get("stream"):
+        return ChatCompletion.model_validate(completion(reply, model))
+    usage = bool((given.get("stream_options") or {}).get("include_usage"))
+    served = [ChatCompletionChunk.model_validate(c) for c in chunks(reply, model, usage=usage)]
+    return _ServedAsync(served) if asynchronous else _Served(served)
+
+
+class _Served:
+    """Recorded chunks, iterated like the SDK's ``Stream``."""
+
+    response = None
+
+    def __init__(self, items: list[Any]) -> None:
+        self._items = iter(items)
+
+    def __iter__(self) -> _Served:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._items)
+
+    def close(self) -> None:
+        self._items = iter(())
+
+    def __enter__(self) -> _Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ServedAsync:
+    """Recorded chunks, iterated like the SDK's ``AsyncStream``."""
+
+    response = None
+
+    def __init__(self, items: list[Any]) -> None:
+        self._items = iter(items)
+
+    def __aiter__(self) -> _ServedAsync:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return next(self._items)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def close(self) -> None:
+        self._items = iter(())
+
+    async def __aenter__(self) -> _ServedAsync:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 def _replied(call: ModelCall, result: Any, where: str, *, asynchronous: bool) -> Any:

@@ -109,6 +109,19 @@ def assert_recorded_and_rescored_offline(suite: Path, out: Path, tmp_path: Path)
 def test_the_openai_example_is_run_scored_and_rescored_offline(tmp_path: Path) -> None:
     suite, out = run_example("openai_agent.py", tmp_path)
     assert_recorded_and_rescored_offline(suite, out, tmp_path)
+    # And replayed: the agent runs again under evalkit run, its client served the recording,
+    # no server and no network; EVALKIT_REPLAY names the whole output folder.
+    again = tmp_path / "replayed"
+    done = evalkit("run", "--suite", suite, "--out", again, "--", sys.executable,
+                   ROOT / "examples" / "openai_agent.py",
+                   env={"EVALKIT_REPLAY": str(out), "OPENAI_API_KEY": KEY,
+                        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                        "PYTHONPATH": f"{blocking_site(tmp_path / 'offline')}:{ROOT}"})
+    assert done.returncode == 0 and "[1/1] PASS  times" in done.stderr, done.stderr
+    (source,) = (out / "times" / "runs").iterdir()
+    (replay,) = (again / "times" / "runs").iterdir()
+    meta = json.loads((replay / "meta.json").read_text())["meta"]
+    assert meta["replay_of"] == source.name and meta["drift"]["first"] is None
 
 
 def test_the_openai_example_is_a_forty_line_agent() -> None:
