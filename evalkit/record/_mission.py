@@ -143,7 +143,7 @@ class Mission:
                 close_orphans(store)  # runs whose process died get their last word
                 self._writer = store.create(self._run_meta())
                 self.run_id = self._writer.run_id
-                self._writer.record_catalogue(self._catalogue)
+                self._record(lambda w: w.record_catalogue(self._catalogue))
         except BaseException:
             if self._sink is not None:
                 self._sink.close()
