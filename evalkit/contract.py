@@ -156,7 +156,8 @@ def _flag(flag: str, value: str | None, meaning: str, *, repeatable: bool = Fals
 #: rely on every one; ``harness: true`` marks the flags an eval harness sets
 #: itself, which a suite's mission must therefore not set.
 CLI_FLAGS: tuple[dict[str, Any], ...] = (
-    _flag("--events", "SINK", "where the stream goes: -, fd:N or a path (append)", harness=True),
+    _flag("--events", "SINK", "where the stream goes: -, fd:N or a path (append)",
+          env="EVALKIT_EVENTS", harness=True),
     _flag("--control", "SOURCE", "NDJSON commands in: inject, cancel, cancel_step, gate_decision",
           harness=True),
     _flag("--provider", "NAME", "model backend: openai, scripted or replay (default: scripted "
@@ -216,6 +217,9 @@ ENV_VARS: dict[str, str] = {
     "EVALKIT_HOME": "the state folder (run store, audit, approvals, signing key); unset = "
                     "$XDG_STATE_HOME/evalkit or ~/.local/state/evalkit",
     "EVALKIT_RUNS": "run store root; none/off records nothing; unset = $EVALKIT_HOME/runs",
+    "EVALKIT_EVENTS": "the event sink when --events is not given; evalkit run sets it to the "
+                      "--events value it gives, so an agent recording with evalkit.record "
+                      "writes there",
     "EVALKIT_PROVIDER": "model backend when --provider is not given",
     "EVALKIT_MODEL": "model name when --model is not given",
     "EVALKIT_API_BASE": "endpoint base URL when --api-base is not given",

@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "agent": ("openai", "mcp", "mcp_types", "vcr", "jsonschema"),
     "ray": ("ray",),
     "inspect": ("inspect_ai",),
+    "langgraph": ("langchain_core",),
 }
 
 #: The built-in runtime: ``run`` and ``measure`` given no agent after ``--``.

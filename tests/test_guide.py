@@ -7,7 +7,8 @@ The guide's fenced blocks say what they are in their info string:
   with ``evalkit`` on PATH, each block expected to exit 0;
 - ``bash env``: the endpoint settings; the test exports the same names, pointed at a
   chat-completions server on a real socket (tests/runtime/chat_server.py) that
-  answers the one mission as a model would;
+  answers the one mission as a model would; ``bash env=openai``: the same, as the
+  ``openai`` client reads them (step 8's recorded agent);
 - ``bash install``: the one block not run (the test runs in the installed evalkit);
   checked to install an extra that exists.
 
@@ -56,10 +57,11 @@ def test_the_guide_says_what_each_block_is():
     assert extras and set(extras) <= set(EXTRAS)
 
 
-def test_the_example_agent_is_the_one_the_guide_shows():
-    shown = next(body for info, body in blocks() if info == "python file=my_agent.py")
-    assert shown == (ROOT / "examples" / "my_agent.py").read_text("utf-8")
-    assert len(shown.splitlines()) <= 40
+@pytest.mark.parametrize("agent", ["my_agent.py", "openai_agent.py"])
+def test_the_example_agent_is_the_one_the_guide_shows(agent):
+    shown = next(body for info, body in blocks() if info == f"python file={agent}")
+    assert shown == (ROOT / "examples" / agent).read_text("utf-8")
+    assert len(shown.splitlines()) <= 41
 
 
 @pytest.mark.slow
@@ -73,6 +75,12 @@ def test_every_command_of_the_guide_runs_in_a_fresh_folder(tmp_path):
         # Step 4's mission, answered as a model would: the tool, then the answer.
         server.reply('{"tool": "mcp.multiply", "arguments": {"a": 17, "b": 23}}')
         server.reply('{"answer": "17 times 23 is 391."}')
+        # Step 8's recorded openai agent, under run and then by hand: a native tool call,
+        # then the answer, each time.
+        for _ in range(2):
+            server.reply(tool_calls=[{"id": "call_1", "type": "function", "function": {
+                "name": "multiply", "arguments": '{"a": 17, "b": 23}'}}])
+            server.reply("17 times 23 is 391.")
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path),
                "PYTHONPATH": str(ROOT), "EVALKIT_HOME": str(tmp_path / "state")}
         ran = []
@@ -81,6 +89,11 @@ def test_every_command_of_the_guide_runs_in_a_fresh_folder(tmp_path):
                 target = work / info.split("file=", 1)[1]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(body, encoding="utf-8")
+            elif info == "bash env=openai":
+                names = re.findall(r"\b(OPENAI_\w+)=", body)
+                assert names == ["OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL"]
+                env.update(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY=key,
+                           OPENAI_MODEL="my-model")
             elif info == "bash env":
                 names = re.findall(r"\b(EVALKIT_\w+)=", body)
                 assert names == ["EVALKIT_API_BASE", "EVALKIT_MODEL", "EVALKIT_API_KEY"]
@@ -92,7 +105,7 @@ def test_every_command_of_the_guide_runs_in_a_fresh_folder(tmp_path):
                 assert done.returncode == 0, (body, done.stdout, done.stderr)
                 assert "Traceback" not in done.stderr
                 ran.append((body, done))
-        assert len(server.requests) == 2  # step 4 reached the endpoint, twice
+        assert len(server.requests) == 6  # steps 4 and 8 (twice); step 8's replay did not
     said = {body.split()[1]: done for body, done in ran}
     assert "too small for a held-out half" in said["check"].stdout
     assert "[1/1] PASS  times" in said["run"].stderr
@@ -105,6 +118,15 @@ def test_every_command_of_the_guide_runs_in_a_fresh_folder(tmp_path):
         if path.is_file():
             assert key.encode() not in path.read_bytes(), path
     assert (work / "runs" / "compare" / "matrix.json").is_file()
+    recorded = (work / "runs" / "recorded" / "report.json").read_text("utf-8")
+    assert '"passed": true' in recorded
+    (run,) = (work / "runs" / "recorded" / "times" / "runs").iterdir()
+    assert len((run / "model.jsonl").read_text("utf-8").splitlines()) == 2
+    assert len(list((work / "recs" / "times").iterdir())) == 1
+    assert '"passed": true' in (work / "runs" / "replayed" / "report.json").read_text("utf-8")
+    for path in (work / "recs").rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
     # The guide's run commands run again as they are (--overwrite).
     again = next(body for body, _ in ran if body.startswith("evalkit run --suite my-suite "
                                                             "--out runs/mine"))

@@ -30,10 +30,13 @@ ROOT = PACKAGE.parent
 
 #: What each part of evalkit must never import (its own modules aside).
 FORBIDDEN: dict[str, set[str]] = {
-    "store": {"runtime", "eval", "report", "commands", "cli", "grounding", "planes"},
-    "runtime": {"eval", "report", "commands", "cli"},
-    "eval": {"runtime", "report", "commands", "cli"},
-    "report": {"runtime", "commands", "cli"},
+    "store": {"runtime", "eval", "report", "commands", "cli", "grounding", "planes", "record"},
+    "runtime": {"eval", "report", "commands", "cli", "record"},
+    "eval": {"runtime", "report", "commands", "cli", "record"},
+    "report": {"runtime", "commands", "cli", "record"},
+    # The recorder writes recordings as the runtime does, with the runtime's own readers of
+    # the wire and its tool results; it never reaches the scorer or the CLI.
+    "record": {"eval", "report", "commands", "cli"},
     "grounding": {"runtime", "eval", "report", "store", "commands", "cli"},
     "planes": {"runtime", "eval", "report", "store", "commands", "cli"},
     "forkserver": {"runtime", "eval", "report", "store", "commands", "cli", "grounding", "planes"},
@@ -131,7 +134,8 @@ def test_nothing_the_scoring_commands_or_the_public_api_reach_imports_an_extra()
     wrong = sorted(f"{module} imports {name}" for module, outside in reached.items()
                    for name in outside & EXTRA_MODULES)
     assert wrong == []
-    assert not any(m.startswith(("evalkit.runtime", "evalkit.planes")) for m in reached)
+    assert not any(m.startswith(("evalkit.runtime", "evalkit.planes", "evalkit.record"))
+                   for m in reached)
 
 
 def test_matplotlib_is_imported_only_to_draw_the_html_reports_charts() -> None:
@@ -209,9 +213,11 @@ def lean(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("lean-python")
     (folder / "sitecustomize.py").write_text(_UNIMPORTABLE, encoding="utf-8")
 
-    def run(*args: str | Path, also: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    def run(*args: str | Path, also: tuple[str, ...] = (),
+            allow: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+        blocked = (EXTRA_MODULES | set(also)) - set(allow)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(ROOT)]),
-               "EVALKIT_TEST_UNIMPORTABLE": ",".join(sorted(EXTRA_MODULES | set(also)))}
+               "EVALKIT_TEST_UNIMPORTABLE": ",".join(sorted(blocked))}
         return subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120, check=False)
 
@@ -243,6 +249,20 @@ def test_the_public_api_imports_with_no_extra_installed(lean) -> None:
     done = lean("-c", "import evalkit\nfor name in getattr(evalkit, '__all__', ()):\n"
                 "    getattr(evalkit, name)\n", also=("matplotlib",))
     assert done.returncode == 0, done.stderr
+
+
+def test_the_recorder_needs_the_base_install_and_openai_alone(lean, tmp_path: Path) -> None:
+    code = ("import evalkit.record as r\n"
+            f"with r.mission('x', runs={str(tmp_path)!r}) as m:\n"
+            "    m.tool('t', {'a': 1}, lambda a: a)\n"
+            "    m.answer('y')\n"
+            "print(m.outcome)\n")
+    done = lean("-c", code, also=("matplotlib",))  # no openai either: nothing asks for it
+    assert (done.returncode, done.stdout) == (0, "answered\n"), done.stderr
+    wrapped = lean("-c", "import openai, evalkit.record as r\n"
+                   "r.wrap_openai(openai.OpenAI(api_key='k', base_url='http://127.0.0.1:9/v1'))",
+                   also=("matplotlib",), allow=("openai",))
+    assert wrapped.returncode == 0, wrapped.stderr
 
 
 @pytest.mark.slow  # several evalkit processes

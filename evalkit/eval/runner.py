@@ -5,7 +5,8 @@ The agent is any program that speaks the stream. The harness adds only:
 - the objective — substituted for ``{objective}`` in the spawn line, or else
   appended as the first argument after it;
 - ``--events fd:N`` — the write end of a pipe the harness drains into
-  ``DIR/<key>/events.jsonl``;
+  ``DIR/<key>/events.jsonl`` (also as ``EVALKIT_EVENTS=fd:N`` in the environment,
+  where ``evalkit.record`` finds it);
 - the run store root — ``EVALKIT_RUNS=DIR/<key>/runs`` in the environment, and
   substituted for ``{runs}`` when the spawn line has it;
 - the mission's own ``flags`` (and, under ``measure``, the row's delta).
@@ -76,6 +77,7 @@ from evalkit.redact import REDACTED, Redactor, declared_secrets, is_credential_n
 from evalkit.store.layout import EVENTS_FILE, MANIFEST_FILE
 from evalkit.store.replace import replace_file
 from evalkit.store.seal import Checker, seal_folder, seal_mission, signer_or_none
+from evalkit.store.sink import EVENTS_ENV
 
 EXECUTORS = ("local", "ray")
 DEFAULT_TIMEOUT_S = 600.0
@@ -281,6 +283,7 @@ def run_mission(job: Job) -> dict[str, Any]:
             else f"cannot make the working folder {cwd}: {getattr(exc, 'strerror', None) or exc}"
     env = {**os.environ, **dict(job.env), "EVALKIT_RUNS": str(out / "runs")}
     events_fd, events_write = os.pipe()
+    env[EVENTS_ENV] = f"fd:{events_write}"  # the same sink for an agent that reads no flags
     argv = command_line(job, events_write)
     capture: dict[str, Any] = {
         "key": job.key, "argv": withhold(argv, job.secrets), "cwd": cwd,

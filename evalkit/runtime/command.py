@@ -49,7 +49,7 @@ def _opt(flag: str, **kwargs: Any) -> Any:
 
 @click.command("mission")
 @click.argument("objective", nargs=-1)
-@_opt("--events", metavar="SINK")
+@_opt("--events", metavar="SINK", envvar="EVALKIT_EVENTS")
 @_opt("--control", metavar="SOURCE")
 @_opt("--provider", metavar="NAME", envvar="EVALKIT_PROVIDER")
 @_opt("--model", metavar="NAME", envvar="EVALKIT_MODEL")

@@ -20,6 +20,11 @@ from typing import Any
 
 from evalkit.errors import EvalkitError
 
+#: The event sink given through the environment: ``evalkit run`` sets it beside
+#: ``--events`` for every agent it spawns, so a program that cannot parse the flag
+#: (an agent using ``evalkit.record``) still writes its stream where the harness reads.
+EVENTS_ENV = "EVALKIT_EVENTS"
+
 _FD_SPEC = re.compile(r"fd:(.*)", re.DOTALL)
 _STANDARD_FDS = (0, 1, 2)
 

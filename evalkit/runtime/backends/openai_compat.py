@@ -120,11 +120,7 @@ class OpenAIBackend:
             http.read()
             return _reply_of_body(http, where)
         ends = time.monotonic() + self.request_timeout_s
-        text: list[str] = []
-        slots: dict[int, dict[str, Any]] = {}
-        extras: dict[str, Any] = {}
-        usage: dict[str, Any] | None = None
-        chunks = 0
+        fold = StreamFold()
         stream = raw.parse()
         try:
             for chunk in stream:
@@ -137,39 +133,68 @@ class OpenAIBackend:
                 if not isinstance(data, dict):
                     raise EndpointWait("failed", f"{where} streamed a chunk that is not a JSON "
                                                  f"object: {_quote(repr(data))}", fault=TRANSPORT)
-                chunks += 1
-                if data.get("usage"):
-                    usage = _usage(data["usage"])
-                for choice in data.get("choices") or []:
-                    if choice.get("finish_reason") is not None:
-                        extras["finish_reason"] = choice["finish_reason"]
-                    delta = choice.get("delta") or {}
-                    for key, value in delta.items():
-                        if key == "content" and value:
-                            text.append(value)
-                        elif key == "tool_calls":
-                            for piece in value or []:
-                                _merge_call(slots, piece)
-                        elif key not in ("role", "content") and isinstance(value, str):
-                            extras[key] = extras.get(key, "") + value  # e.g. reasoning_content
-                        elif key not in ("role", "content") and value is not None:
-                            extras[key] = value
+                fold.add(data)
         except ValueError as exc:  # the SDK parses each SSE ``data:`` line as JSON
             raise EndpointWait("failed", f"{where} streamed a chunk that is not JSON after "
-                                         f"{chunks} good chunk(s): {_short(str(exc))}",
+                                         f"{fold.chunks} good chunk(s): {_short(str(exc))}",
                                fault=TRANSPORT) from None
         finally:
             stream.close()
-        if "finish_reason" not in extras:
+        if not fold.finished:
             # Cut short: whatever arrived is not a reply, and a half-streamed tool call must
             # never be dispatched with arguments the model did not finish.
-            said = (f"after {chunks} chunk(s)" if chunks else
+            said = (f"after {fold.chunks} chunk(s)" if fold.chunks else
                     f"with no chunk at all ({_what_came(http)})")
             raise EndpointWait("failed", f"{where} ended its stream before a finish reason "
                                          f"{said}: a truncated stream", fault=TRANSPORT)
-        calls = [slots[i] for i in sorted(slots)]
-        return Reply(content="".join(text) if text else None, tool_calls=calls, usage=usage,
-                     extras=extras)
+        return fold.reply()
+
+
+class StreamFold:
+    """A streamed chat completion put back together, chunk by chunk, into one ``Reply``.
+
+    The one reading of the streamed wire: this backend folds its chunks here, and so
+    does ``evalkit.record`` for a user's own client, so a recorded reply means the same
+    whoever made the call. ``finished`` is whether a finish reason arrived: a stream cut
+    before it is not a reply.
+    """
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self._text: list[str] = []
+        self._slots: dict[int, dict[str, Any]] = {}
+        self._extras: dict[str, Any] = {}
+        self._usage: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return "finish_reason" in self._extras
+
+    def add(self, data: dict[str, Any]) -> None:
+        """Fold one chunk (as a JSON object) in."""
+        self.chunks += 1
+        if data.get("usage"):
+            self._usage = _usage(data["usage"])
+        for choice in data.get("choices") or []:
+            if choice.get("finish_reason") is not None:
+                self._extras["finish_reason"] = choice["finish_reason"]
+            delta = choice.get("delta") or {}
+            for key, value in delta.items():
+                if key == "content" and value:
+                    self._text.append(value)
+                elif key == "tool_calls":
+                    for piece in value or []:
+                        _merge_call(self._slots, piece)
+                elif key not in ("role", "content") and isinstance(value, str):
+                    self._extras[key] = self._extras.get(key, "") + value  # e.g. reasoning
+                elif key not in ("role", "content") and value is not None:
+                    self._extras[key] = value
+
+    def reply(self) -> Reply:
+        """What arrived so far, as one reply."""
+        calls = [self._slots[i] for i in sorted(self._slots)]
+        return Reply(content="".join(self._text) if self._text else None, tool_calls=calls,
+                     usage=self._usage, extras=dict(self._extras))
 
 
 class _Sockets:
@@ -234,7 +259,18 @@ def _reply_of_body(http: Any, where: str) -> Reply:
         raise EndpointWait("failed", f"{where} answered HTTP {http.status_code} with JSON that "
                                      f"is not a chat completion (no choices: "
                                      f"{_what_came(http)})", fault=TRANSPORT)
-    first = choices[0]
+    return reply_of_completion(body)
+
+
+def reply_of_completion(body: dict[str, Any]) -> Reply:
+    """A whole chat completion (a JSON object with at least one choice) as one ``Reply``.
+
+    The one reading of the whole-body wire, shared with ``evalkit.record`` like
+    ``StreamFold``: the first choice is the reply; any message key besides role,
+    content and tool calls is kept in ``extras``.
+    """
+    choices = body.get("choices") or [{}]
+    first = choices[0] if isinstance(choices[0], dict) else {}
     message = dict(first.get("message") or {})
     extras: dict[str, Any] = {}
     if first.get("finish_reason") is not None:
