@@ -1039,6 +1039,6 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
 
 
 __all__ = ["Agent", "DEFAULT_TIMEOUT_S", "EXECUTORS", "Job", "Progress", "ReportWriter",
-           "RunResult", "agent_for", "command_line", "execute", "executor_session", "gate",
+           "RunResult", "Steer", "agent_for", "command_line", "execute", "executor_session", "gate",
            "make_jobs", "refusal", "run_mission", "run_suite", "secret_values", "stop_all",
            "strip_url", "withhold"]
