@@ -145,6 +145,17 @@ SANDBOXES: tuple[str, ...] = ("bwrap", "none")
 BUDGETS: tuple[str, ...] = ("steps", "seconds")
 
 
+#: Which field each closed value set above governs: ``event.field``, ``[]`` for each item
+#: of a list, ``.`` into an object.
+VALUE_SETS: dict[str, tuple[str, ...]] = {
+    "model_state.state": MODEL_STATES,
+    "grounding.checks[].verdict": CHECK_VERDICTS,
+    "mission_started.profile": PROFILES,
+    "mission_started.sandbox": SANDBOXES,
+    "mission_finished.budget.which": BUDGETS,
+}
+
+
 def _flag(flag: str, value: str | None, meaning: str, *, repeatable: bool = False,
           env: str | None = None, harness: bool = False) -> dict[str, Any]:
     return {
@@ -404,6 +415,7 @@ def as_dict() -> dict[str, Any]:
         "profiles": list(PROFILES),
         "sandboxes": list(SANDBOXES),
         "budgets": list(BUDGETS),
+        "value_sets": {path: list(words) for path, words in VALUE_SETS.items()},
         "cli_flags": [dict(f) for f in CLI_FLAGS],
         "env_vars": dict(ENV_VARS),
         "exit_contract": list(EXIT_CONTRACT),

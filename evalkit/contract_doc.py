@@ -65,12 +65,9 @@ def render() -> str:
             "charges the model only with what the model did:", ""]
     out += [f"- **{name}** — {meaning}" for name, meaning in c.WIRE_FAULTS.items()]
     out += [""]
-    out += ["## Value sets", "",
-            f"- `model_state.state`: {_codes(c.MODEL_STATES)}",
-            f"- `grounding.checks[].verdict`: {_codes(c.CHECK_VERDICTS)}",
-            f"- `mission_started.profile`: {_codes(c.PROFILES)}",
-            f"- `mission_started.sandbox`: {_codes(c.SANDBOXES)}",
-            f"- `mission_finished.budget.which`: {_codes(c.BUDGETS)}", ""]
+    out += ["## Value sets (`VALUE_SETS`)", ""]
+    out += [f"- `{path}`: {_codes(words)}" for path, words in c.VALUE_SETS.items()]
+    out += [""]
     out += ["## Mission flags (`CLI_FLAGS`)", "",
             "`evalkit mission` takes every one; a spawning program may rely on them. "
             "Flags marked harness are set by an eval harness, never by a suite's mission.", "",

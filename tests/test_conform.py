@@ -42,6 +42,7 @@ def test_every_contract_rule_has_a_conformance_rule() -> None:
     wanted |= {f"order.{rule_id}" for rule_id in c.ORDER_RULES}
     wanted |= {f"exit.{rule_id}" for rule_id in c.EXIT_RULES}
     wanted |= {f"usage.{key}" for key in c.USAGE}
+    wanted |= {f"value.{path}" for path in c.VALUE_SETS}
     assert wanted - _ids() == set()
 
 
@@ -87,6 +88,13 @@ def test_a_type_a_usage_and_an_index_out_of_the_contract_fail() -> None:
     stray = {"event": "tool_call", "index": 2, "tool": "fs", "arguments": {}}
     assert _check("index.step", STARTED, {"event": "step_started", "index": 0},
                   stray).status == "fail"
+
+
+def test_a_word_outside_a_value_set_fails_even_inside_a_list() -> None:
+    grounding = {"event": "grounding", "checks": [{"verdict": "supported"}, {"verdict": "meh"}]}
+    found = _check("value.grounding.checks[].verdict", STARTED, grounding)
+    assert found.status == "fail" and "'meh'" in (found.detail or "")
+    assert _check("value.mission_started.sandbox", dict(STARTED, sandbox="none")).status == "pass"
 
 
 def test_an_event_never_written_is_skipped_not_passed() -> None:

@@ -32,7 +32,7 @@ FORMAT, VERSION = "evalkit-conform", 1
 def all_rules() -> list[Rule]:
     """Every conformance rule, in the order they are printed."""
     return [*behaviour.prose_rules()[:3], *rules.field_rules(), *rules.type_rules(),
-            *rules.outcome_rules(), *rules.reason_rules(), *rules.order_rules(),
+            *rules.outcome_rules(), *rules.value_rules(), *rules.reason_rules(), *rules.order_rules(),
             *rules.usage_rules(), *behaviour.prose_rules()[3:], *behaviour.exit_rules()]
 
 

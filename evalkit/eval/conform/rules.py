@@ -3,7 +3,7 @@
 One rule per entry of the contract's tables — each required field (``FIELDS``), each
 field's type (``TYPES``), each event that carries an outcome (``OUTCOMES``), each reason
 word (``REASONS``), each order rule (``ORDER_RULES``), each exit promise
-(``EXIT_RULES``), each usage key (``USAGE``) — then the few the contract says in prose
+(``EXIT_RULES``), each usage key (``USAGE``), each closed value set (``VALUE_SETS``) — then the few the contract says in prose
 (indexes, tool calls and results in pairs, a gate decision acted on, a tool error). A
 rule's id is stable: ``field.<event>.<field>``, ``order.<id>``, ``exit.<id>``, … so a CI
 log and a test can name it. Rules judge the stream, never the answers.
@@ -133,6 +133,37 @@ def reason_rules() -> list[Rule]:
         return check
     return [Rule(f"reason.{word}", f"{word!r} is a mission_finished reason, never an outcome",
                  never_an_outcome(word)) for word in c.REASONS]
+
+
+def _values_at(record: Any, path: list[str]) -> Iterator[Any]:
+    """The values a ``VALUE_SETS`` path names inside one record (``x[]`` walks a list)."""
+    if not path:
+        yield record
+        return
+    head, rest = path[0], path[1:]
+    many = head.endswith("[]")
+    name = head.removesuffix("[]")
+    if not isinstance(record, dict) or name not in record:
+        return
+    items = record[name] if many else [record[name]]
+    for item in items if isinstance(items, list) else []:
+        yield from _values_at(item, rest)
+
+
+def value_rules() -> list[Rule]:
+    rules = []
+    for path, words in c.VALUE_SETS.items():
+        event, *inner = path.split(".")
+        listed = ", ".join(words)
+
+        def problem(r: dict[str, Any], inner: list[str] = inner, words: tuple[str, ...] = words,
+                    path: str = path, listed: str = listed) -> str | None:
+            for value in _values_at(r, inner):
+                if value not in words:
+                    return f"{path} is {_preview(value)}, not one of {listed}"
+            return None
+        rules.append(Rule(f"value.{path}", f"{path} is one of {listed}", _each(event, problem)))
+    return rules
 
 
 def usage_rules() -> list[Rule]:
