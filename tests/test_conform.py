@@ -97,6 +97,24 @@ def test_a_word_outside_a_value_set_fails_even_inside_a_list() -> None:
     assert _check("value.mission_started.sandbox", dict(STARTED, sandbox="none")).status == "pass"
 
 
+def test_nan_and_bytes_that_are_not_utf8_break_the_framing(tmp_path: Path) -> None:
+    from evalkit.eval.conform.battery import _read
+    from evalkit.eval.runner import Job
+
+    folder = tmp_path / "answer"
+    folder.mkdir()
+    (folder / "events.jsonl").write_bytes(json.dumps(STARTED).encode() + b"\n"
+                                          + b'{"event": "answer", "text": NaN}\n')
+    job = Job(key="answer", objective="o", spawn=(), flags=(), out=str(folder), timeout_s=1,
+              cwd=str(tmp_path))
+    ran = _read(job, {"exit_code": 0}, Watch())
+    found = next(r for r in all_rules() if r.id == "framing.json").check([ran])
+    assert (found.status, found.where) == ("fail", "answer/events.jsonl:2")
+    (folder / "events.jsonl").write_bytes(b'{"event": "answer", "text": "\xff"}\n')
+    assert next(r for r in all_rules() if r.id == "framing.json").check(
+        [_read(job, {}, Watch())]).status == "fail"
+
+
 def test_an_event_never_written_is_skipped_not_passed() -> None:
     assert _check("field.grounding.ran", STARTED, FINISHED).status == "skip"
 

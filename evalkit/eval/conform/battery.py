@@ -204,16 +204,25 @@ def _read(job: runner.Job, capture: dict[str, Any], watch: Watch) -> Ran:
     undecoded: list[tuple[int, str]] = []
     raw = (folder / EVENTS_FILE).read_bytes()
     for number, line in enumerate(raw.splitlines(), start=1):
-        text = line.decode("utf-8", errors="replace")
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            undecoded.append((number, line.decode("utf-8", errors="replace")))
+            continue
         if not text.strip():
             continue
         try:
-            records.append((number, json.loads(text)))
+            records.append((number, json.loads(text, parse_constant=_no_constant)))
         except ValueError:
             undecoded.append((number, text))
     return Ran(key=job.key, folder=folder, records=records, undecoded=undecoded,
                capture=capture, watch=watch, flags=job.flags,
                stdout=_text(folder / STDOUT_FILE), stderr=_text(folder / STDERR_FILE))
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON, and the stream never holds them."""
+    raise ValueError(f"{name} is not JSON")
 
 
 def _text(path: Path) -> str:

@@ -156,7 +156,8 @@ def _framing(battery: Battery) -> Finding:
     for ran in battery:
         if ran.undecoded:
             line, text = ran.undecoded[0]
-            return fail(ran, line, f"not JSON: {text[:60]!r}")
+            return fail(ran, line, f"not a line of UTF-8 JSON (NaN and Infinity are not JSON "
+                        f"either): {text[:60]!r}")
         for line, record in ran.records:
             if not isinstance(record, dict):
                 return fail(ran, line, f"a JSON {c.json_type(record)}, not an object")
@@ -260,7 +261,8 @@ def _tool_error(battery: Battery) -> Finding:
 
 def prose_rules() -> list[Rule]:
     return [
-        Rule("framing.json", "every line of the sink is one JSON object", _framing),
+        Rule("framing.json", "every line of the sink is one JSON object in UTF-8",
+             _framing),
         Rule("event.known", "every record's event is one of the contract's", _known),
         Rule("schema.version", f"schema_version, where written, is {c.SCHEMA_VERSION}",
              _version),
