@@ -119,6 +119,12 @@ def test_an_event_never_written_is_skipped_not_passed() -> None:
     assert _check("field.grounding.ran", STARTED, FINISHED).status == "skip"
 
 
+def test_with_no_record_at_all_no_rule_about_records_passes() -> None:
+    silent = [_ran()]
+    passed = [rule.id for rule in all_rules() if rule.check(silent).status == "pass"]
+    assert passed == []
+
+
 # -- real agents, spawned as run spawns them -------------------------------------------------
 
 

@@ -20,7 +20,17 @@ from evalkit.eval.conform.battery import (
     Ran,
     Terminate,
 )
-from evalkit.eval.conform.rules import Battery, Check, Finding, Rule, fail, ok, records, skip
+from evalkit.eval.conform.rules import (
+    Battery,
+    Check,
+    Finding,
+    Rule,
+    fail,
+    needs_records,
+    ok,
+    records,
+    skip,
+)
 
 
 def _word(table: tuple[str, ...], word: str) -> str:
@@ -132,13 +142,13 @@ def _exit_codes(battery: Battery) -> Finding:
 EXIT_CHECKS: dict[str, Check] = {
     "stdout_prose": _stdout_prose,
     "zero_events": _zero_events,
-    "finished_arrives": _finished_arrives,
+    "finished_arrives": needs_records(_finished_arrives),
     "sigterm": _sigterm,
     "scrubbed": lambda battery: skip("not checked: the kit cannot know which values an "
                                      "agent holds secret"),
     "sink_errors": lambda battery: skip("not checked: run's sink never fails, so there is "
                                         "no write error to survive"),
-    "exit_codes": _exit_codes,
+    "exit_codes": needs_records(_exit_codes),
 }
 
 
@@ -262,11 +272,13 @@ def _tool_error(battery: Battery) -> Finding:
 def prose_rules() -> list[Rule]:
     return [
         Rule("framing.json", "every line of the sink is one JSON object in UTF-8",
-             _framing),
-        Rule("event.known", "every record's event is one of the contract's", _known),
+             needs_records(_framing)),
+        Rule("event.known", "every record's event is one of the contract's",
+             needs_records(_known)),
         Rule("schema.version", f"schema_version, where written, is {c.SCHEMA_VERSION}",
-             _version),
-        Rule("index.step", "a record with an index carries the index of its step", _index_step),
+             needs_records(_version)),
+        Rule("index.step", "a record with an index carries the index of its step",
+             needs_records(_index_step)),
         Rule("index.pairs", "every tool_result answers an earlier tool_call (index, tool, "
              "call); handles are unique", _pairs),
         Rule("control.gate_decision", "a gate approved over --control is acted on: the "
