@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from evalkit.eval.conform.battery import DEFAULT_TIMEOUT_S
+
 #: The agent's command comes after ``--``, as for ``run``.
 _SPAWN = {"allow_interspersed_args": False}
 _WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
@@ -23,7 +25,7 @@ _WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 @click.option("--out", type=click.Path(path_type=Path),
               help="A new folder for the missions' streams (default: a fresh temporary one).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
-              default=60.0, show_default=True, help="Seconds one mission may run.")
+              default=DEFAULT_TIMEOUT_S, show_default=True, help="Seconds one mission may run.")
 @click.argument("spawn", nargs=-1, type=click.UNPROCESSED)
 def conform(suite_path: Path | None, as_json: bool, out: Path | None, timeout_s: float,
             spawn: tuple[str, ...]) -> None:

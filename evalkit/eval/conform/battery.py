@@ -122,12 +122,23 @@ class Terminate(Watch):
             self.finished_after = time.monotonic() - self.sent_at
 
     def _overdue(self, pid: int) -> None:
-        try:
-            os.killpg(pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return  # gone in time
+        if not _alive(pid):
+            return  # the agent ended in time (a straggling child is run's to reap)
         self.killed = True
         _signal_group(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether the agent itself still runs: present, and not a zombie waiting to be reaped."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _signal_group(pid: int, sig: int) -> None:
