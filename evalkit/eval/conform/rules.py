@@ -21,7 +21,7 @@ from typing import Any
 
 from evalkit import contract as c
 from evalkit.eval.conform.battery import Ran
-from evalkit.eval.summary import out_of_order
+from evalkit.eval.summary import AFTER_FINISHED, out_of_order
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -202,10 +202,6 @@ def usage_rules() -> list[Rule]:
 # -- order: the scorer's own rule (summary.out_of_order), told apart by ORDER_RULES id ------
 
 
-#: What may follow a mission_finished without a resumed step (ORDER_RULES "after_finished").
-_MAY_FOLLOW = ("mission_started", "mission_finished")
-
-
 def _order_problems(ran: Ran) -> Iterator[tuple[str, int, str]]:
     """(order rule id, line, problem) for every record of one stream out of order."""
     closed_at: Any = None
@@ -227,7 +223,7 @@ def _order_problems(ran: Ran) -> Iterator[tuple[str, int, str]]:
         if wrong is not None:
             if first:
                 rule = "first"
-            elif was_closed and event not in _MAY_FOLLOW and not (
+            elif was_closed and event not in AFTER_FINISHED and not (
                     event == "step_started" and record.get("resumed")):
                 rule = "after_finished"
             else:
