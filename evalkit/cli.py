@@ -27,6 +27,8 @@ _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 #: command name -> ("module:attribute" of its click command, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
     "contract": ("evalkit.commands.contract:contract", "Print the mission stream contract."),
+    "conform": ("evalkit.commands.conform:conform",
+                "Check that an agent speaks the mission stream contract."),
     "check": ("evalkit.commands.scoring:check", "Refuse a suite that cannot be graded."),
     "score": ("evalkit.commands.scoring:score", "Verdicts and KPIs from recorded streams."),
     "verify": ("evalkit.commands.verify:verify", "Check recordings against their seals."),

@@ -114,15 +114,20 @@ WIRE_FAULTS: dict[str, str] = {
 #: The order records come in. Stated here, checked once: by the scorer's fold
 #: (``evalkit.eval.summary.out_of_order``), which counts a record out of order as one
 #: that does not conform and quotes its line.
-ORDER: tuple[str, ...] = (
-    "the first record is mission_started",
-    "after a mission_finished comes only a new mission_started (two missions appended to "
-    "one file: the later one is read), a step_started carrying resumed (a resume writes no "
-    "mission_started), or the mission_finished of a resume that ended before its first step",
-    "a mission_started in the middle begins a new mission (the one before it was cut off)",
-    "within a mission, step_started indexes increase, across its resumes too (they restart "
-    "only with a new mission_started)",
-)
+ORDER_RULES: dict[str, str] = {
+    "first": "the first record is mission_started",
+    "after_finished": "after a mission_finished comes only a new mission_started (two missions "
+                      "appended to one file: the later one is read), a step_started carrying "
+                      "resumed (a resume writes no mission_started), or the mission_finished of "
+                      "a resume that ended before its first step",
+    "new_mission": "a mission_started in the middle begins a new mission (the one before it was "
+                   "cut off)",
+    "steps_increase": "within a mission, step_started indexes increase, across its resumes too "
+                      "(they restart only with a new mission_started)",
+}
+#: The order rules' sentences alone (``ORDER_RULES`` names each one by a stable id, which
+#: ``evalkit conform`` reports it under).
+ORDER: tuple[str, ...] = tuple(ORDER_RULES.values())
 
 #: ``model_state.state`` values.
 MODEL_STATES: tuple[str, ...] = ("cold", "queued", "loading", "loaded", "failed", "absent")
@@ -138,6 +143,17 @@ SANDBOXES: tuple[str, ...] = ("bwrap", "none")
 
 #: Budget names carried in ``mission_finished.budget.which``.
 BUDGETS: tuple[str, ...] = ("steps", "seconds")
+
+
+#: Which field each closed value set above governs: ``event.field``, ``[]`` for each item
+#: of a list, ``.`` into an object.
+VALUE_SETS: dict[str, tuple[str, ...]] = {
+    "model_state.state": MODEL_STATES,
+    "grounding.checks[].verdict": CHECK_VERDICTS,
+    "mission_started.profile": PROFILES,
+    "mission_started.sandbox": SANDBOXES,
+    "mission_finished.budget.which": BUDGETS,
+}
 
 
 def _flag(flag: str, value: str | None, meaning: str, *, repeatable: bool = False,
@@ -236,19 +252,93 @@ ENV_VARS: dict[str, str] = {
                          "store ($EVALKIT_HOME/approvals)",
 }
 
-#: What a process running a mission promises.
-EXIT_CONTRACT: tuple[str, ...] = (
-    "stdout is prose for a person and is never parsed; the event sink is the only machine channel",
-    "zero events written means the run failed, and the process exits non-zero with a reason on stderr",
-    "mission_finished always arrives",
-    "the first SIGTERM winds the mission up: incomplete with reason cancelled, sink flushed and closed",
-    "stderr diagnostics and free-text stream fields are scrubbed of credentials",
-    "a write error on the event sink never fails the mission",
-    "exit codes: 0 the mission ran (whatever its outcome), 1 no event was written, 2 usage or a "
-    "refusal to start, 3 evalkit's own bug, 4 a configuration fault of the model endpoint, "
-    "5 the run store refused a write (a full disk): the mission ends incomplete with a reason "
-    "beginning 'recording failed:', on the event sink when the store cannot take it",
-)
+#: What a process running a mission promises, each promise under a stable id.
+EXIT_RULES: dict[str, str] = {
+    "stdout_prose": "stdout is prose for a person and is never parsed; the event sink is the only "
+                    "machine channel",
+    "zero_events": "zero events written means the run failed, and the process exits non-zero "
+                   "with a reason on stderr",
+    "finished_arrives": "mission_finished always arrives",
+    "sigterm": "the first SIGTERM winds the mission up: incomplete with reason cancelled, sink "
+               "flushed and closed",
+    "scrubbed": "stderr diagnostics and free-text stream fields are scrubbed of credentials",
+    "sink_errors": "a write error on the event sink never fails the mission",
+    "exit_codes": "exit codes: 0 the mission ran (whatever its outcome), 1 no event was written, "
+                  "2 usage or a refusal to start, 3 evalkit's own bug, 4 a configuration fault "
+                  "of the model endpoint, 5 the run store refused a write (a full disk): the "
+                  "mission ends incomplete with a reason beginning 'recording failed:', on the "
+                  "event sink when the store cannot take it",
+}
+#: The exit contract's sentences alone.
+EXIT_CONTRACT: tuple[str, ...] = tuple(EXIT_RULES.values())
+
+#: JSON's own type names, as ``json_type`` spells a value's.
+JSON_TYPES: tuple[str, ...] = ("string", "integer", "number", "boolean", "array", "object", "null")
+
+#: The JSON type(s) of every required field, per event. ``conforms`` does not check them
+#: (a consumer reads what it can); ``evalkit conform`` holds an agent to them.
+TYPES: dict[str, dict[str, tuple[str, ...]]] = {
+    "mission_started": {"schema_version": ("integer",), "objective": ("string",),
+                        "catalogue": ("array",), "gated": ("array",), "max_steps": ("integer",),
+                        "history": ("integer",)},
+    "step_started": {"index": ("integer",)},
+    "reply_rejected": {"index": ("integer",), "problem": ("string",)},
+    "tool_call": {"index": ("integer",), "tool": ("string",), "arguments": ("object",)},
+    "tool_result": {"index": ("integer",), "tool": ("string",), "arguments": ("object",),
+                    "ok": ("boolean",), "exit_code": ("integer", "null"),
+                    "output": ("string",), "error": ("string", "null"), "handle": ("string",),
+                    "truncated": ("boolean",)},
+    "gate_requested": {"index": ("integer",), "tool": ("string",), "arguments": ("object",),
+                       "reason": ("string",)},
+    "answer_delta": {"index": ("integer",), "part": ("integer",), "text": ("string",)},
+    "answer": {"text": ("string",), "outcome": ("string",)},
+    "grounding": {"ran": ("boolean",), "grounded": ("boolean",), "verified": ("boolean",),
+                  "repairs": ("integer",), "repairing": ("boolean",),
+                  "caveat": ("string", "null"), "unsupported": ("array",),
+                  "silent": ("array",), "uncited": ("array",), "checks": ("array",)},
+    "mission_finished": {"outcome": ("string",), "steps": ("integer",),
+                         "max_steps": ("integer",)},
+    "model_state": {"state": ("string",), "provider": ("string", "null"),
+                    "model": ("string", "null")},
+}
+
+#: The keys of a ``usage`` object (on a turn's first record, run totals on
+#: ``mission_finished``) and their types. A key is absent, never zero or null, when the
+#: provider reported nothing; other keys may ride along.
+USAGE: dict[str, tuple[str, ...]] = {
+    "prompt_tokens": ("integer",),
+    "completion_tokens": ("integer",),
+    "total_tokens": ("integer",),
+    "calls": ("integer",),
+}
+
+#: What ``--control`` takes: one JSON object per line, ``{"control": WORD, ...}``, with
+#: each word's required keys. Anything else is dropped with a sentence on stderr.
+CONTROL: dict[str, tuple[str, ...]] = {
+    "inject": ("text",),
+    "cancel": (),
+    "cancel_step": (),
+    "gate_decision": ("approval_id", "approve", "decided_by"),
+}
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a decoded value (one of ``JSON_TYPES``; ``"other"`` for none)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return "other"
 
 
 def flag_names() -> tuple[str, ...]:
@@ -320,12 +410,18 @@ def as_dict() -> dict[str, Any]:
         "reasons": list(REASONS),
         "wire_faults": dict(WIRE_FAULTS),
         "order": list(ORDER),
+        "order_rules": dict(ORDER_RULES),
+        "types": {e: {f: list(t) for f, t in TYPES[e].items()} for e in EVENTS},
+        "usage": {k: list(t) for k, t in USAGE.items()},
+        "control": {w: list(k) for w, k in CONTROL.items()},
         "model_states": list(MODEL_STATES),
         "check_verdicts": list(CHECK_VERDICTS),
         "profiles": list(PROFILES),
         "sandboxes": list(SANDBOXES),
         "budgets": list(BUDGETS),
+        "value_sets": {path: list(words) for path, words in VALUE_SETS.items()},
         "cli_flags": [dict(f) for f in CLI_FLAGS],
         "env_vars": dict(ENV_VARS),
         "exit_contract": list(EXIT_CONTRACT),
+        "exit_rules": dict(EXIT_RULES),
     }

@@ -41,19 +41,33 @@ def render() -> str:
     out += ["## Order (`ORDER`)", "",
             "Records are read in file order; a record out of this order does not conform "
             "(the scorer quotes its line):", ""]
-    out += [f"- {rule}" for rule in c.ORDER]
+    out += [f"- `{rule_id}` — {rule}" for rule_id, rule in c.ORDER_RULES.items()]
+    out += [""]
+    out += ["## Types (`TYPES`)", "",
+            "The JSON type of each required field (`conforms` does not check them; "
+            "`evalkit conform` does). Where `number` is allowed an integer is too.", "",
+            "| event | field types |", "|---|---|"]
+    for event in c.EVENTS:
+        cells = ", ".join(f"`{f}`: {' or '.join(t)}" for f, t in c.TYPES[event].items())
+        out.append(f"| `{event}` | {cells} |")
+    out += ["", "`usage` (`USAGE`): " + ", ".join(f"`{k}` {' or '.join(t)}"
+                                                  for k, t in c.USAGE.items())
+            + "; a key is absent, never zero or null, when the provider reported nothing, "
+            "and other keys may ride along.", ""]
+    out += ["## Control channel (`CONTROL`)", "",
+            "`--control SOURCE` (`-`, `fd:N` or a path) takes one JSON object per line, "
+            "`{\"control\": WORD, ...}`; anything else is dropped with a sentence on stderr:", ""]
+    out += [f"- `{word}` — {_codes(keys) if keys else 'no other key'}"
+            for word, keys in c.CONTROL.items()]
     out += [""]
     out += ["## Whose fault (`WIRE_FAULTS`)", "",
             "A model call that fails is put in exactly one class, so that an evaluation "
             "charges the model only with what the model did:", ""]
     out += [f"- **{name}** — {meaning}" for name, meaning in c.WIRE_FAULTS.items()]
     out += [""]
-    out += ["## Value sets", "",
-            f"- `model_state.state`: {_codes(c.MODEL_STATES)}",
-            f"- `grounding.checks[].verdict`: {_codes(c.CHECK_VERDICTS)}",
-            f"- `mission_started.profile`: {_codes(c.PROFILES)}",
-            f"- `mission_started.sandbox`: {_codes(c.SANDBOXES)}",
-            f"- `mission_finished.budget.which`: {_codes(c.BUDGETS)}", ""]
+    out += ["## Value sets (`VALUE_SETS`)", ""]
+    out += [f"- `{path}`: {_codes(words)}" for path, words in c.VALUE_SETS.items()]
+    out += [""]
     out += ["## Mission flags (`CLI_FLAGS`)", "",
             "`evalkit mission` takes every one; a spawning program may rely on them. "
             "Flags marked harness are set by an eval harness, never by a suite's mission.", "",
@@ -65,7 +79,7 @@ def render() -> str:
     out += ["", "## Environment (`ENV_VARS`)", "", "| variable | meaning |", "|---|---|"]
     out += [f"| `{name}` | {meaning} |" for name, meaning in c.ENV_VARS.items()]
     out += ["", "## Exit contract", ""]
-    out += [f"- {line}" for line in c.EXIT_CONTRACT]
+    out += [f"- `{rule_id}` — {line}" for rule_id, line in c.EXIT_RULES.items()]
     out += ["", "## Compatibility", "",
             "Adding an event, an optional field, a flag or a variable is a minor change. "
             "Renaming or removing a field, making an optional field required, or changing a "

@@ -105,3 +105,17 @@ def test_evalkit_contract_prints_the_contract_as_json():
     assert data["events"] == list(contract.EVENTS)
     assert [f["flag"] for f in data["cli_flags"]] == list(contract.flag_names())
     assert set(contract.harness_flags()) >= {"--events", "--resume"}
+
+
+def test_every_required_field_has_a_type_and_only_those() -> None:
+    for event in contract.EVENTS:
+        assert set(contract.TYPES[event]) == set(contract.FIELDS[event]), event
+        for types in contract.TYPES[event].values():
+            assert types and set(types) <= set(contract.JSON_TYPES)
+
+
+@pytest.mark.parametrize(("value", "name"), [
+    (None, "null"), (True, "boolean"), (3, "integer"), (2.5, "number"), ("x", "string"),
+    ([1], "array"), ({"a": 1}, "object"), ((1,), "other")])
+def test_json_type_names_a_decoded_value(value, name) -> None:
+    assert contract.json_type(value) == name

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import selectors
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import BinaryIO, Protocol
 
 from evalkit.redact import Redactor
@@ -68,6 +68,30 @@ class Verbatim:
 
     def close(self) -> None:
         self.file.flush()
+
+
+class Tapped:
+    """A sink that also hands each whole line to ``on_line`` as it lands: how a harness
+    reacts to what an agent writes while it runs (``evalkit conform`` answers a standing
+    gate, or sends SIGTERM, at the record that calls for it)."""
+
+    def __init__(self, inner: Sink, on_line: Callable[[bytes], None]) -> None:
+        self.inner = inner
+        self.on_line = on_line
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> None:
+        self.inner.feed(chunk)
+        self._pending += chunk
+        while b"\n" in self._pending:
+            line, self._pending = self._pending.split(b"\n", 1)
+            self.on_line(line)
+
+    def close(self) -> None:
+        self.inner.close()
+        if self._pending:
+            self.on_line(self._pending)
+            self._pending = b""
 
 
 class Scrubbed:

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, Protocol, TextIO
 
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging, taxonomy
@@ -68,7 +68,7 @@ from evalkit.eval.harness_files import (
     STDERR_FILE,
     STDOUT_FILE,
 )
-from evalkit.eval.outputs import Drain, Scrubbed, Verbatim
+from evalkit.eval.outputs import Drain, Scrubbed, Sink, Tapped, Verbatim
 from evalkit.eval.score import missions_in, score
 from evalkit.eval.suite import Mission, Suite
 from evalkit.extras import BUILTIN_RUNTIME, RAY_EXECUTOR, require
@@ -256,19 +256,31 @@ def anchored(spawn: Sequence[str], launch: Path) -> tuple[str, ...]:
     return tuple(out)
 
 
-def command_line(job: Job, events_fd: int) -> list[str]:
-    """The argv a mission is spawned with."""
+def command_line(job: Job, events_fd: int, control_fd: int | None = None) -> list[str]:
+    """The argv a mission is spawned with (``--control fd:M`` after ``--events`` when the
+    harness steers the mission)."""
     values = {"objective": job.objective, "runs": str(Path(job.out) / "runs")}
     argv = [_PLACEHOLDER.sub(lambda m: values[m.group(1)], token) for token in job.spawn]
     if not any(OBJECTIVE in token for token in job.spawn):
         argv.append(job.objective)
-    return [*argv, "--events", f"fd:{events_fd}", *job.flags]
+    control = ["--control", f"fd:{control_fd}"] if control_fd is not None else []
+    return [*argv, "--events", f"fd:{events_fd}", *control, *job.flags]
 
 
-def run_mission(job: Job) -> dict[str, Any]:
+class Steer(Protocol):
+    """A harness that acts on a mission while it runs: told the agent's pid (the leader of
+    its process group) and handed the write end of its ``--control`` pipe, then shown each
+    stream line as it lands (from the drain's thread). Local executor only."""
+
+    def started(self, pid: int, control: BinaryIO) -> None: ...
+    def line(self, raw: bytes) -> None: ...
+
+
+def run_mission(job: Job, steer: Steer | None = None) -> dict[str, Any]:
     """Spawn one agent, drain its stream, wait (or kill it at the timeout), write its folder.
 
-    Returns the capture — what ``command.json`` holds.
+    With ``steer`` the agent also gets ``--control fd:M``, and ``steer`` sees its records
+    as they come. Returns the capture — what ``command.json`` holds.
     """
     out = Path(job.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -284,7 +296,11 @@ def run_mission(job: Job) -> dict[str, Any]:
     env = {**os.environ, **dict(job.env), "EVALKIT_RUNS": str(out / "runs")}
     events_fd, events_write = os.pipe()
     env[EVENTS_ENV] = f"fd:{events_write}"  # the same sink for an agent that reads no flags
-    argv = command_line(job, events_write)
+    control_read, control = None, None
+    if steer is not None:
+        control_read, control_write = os.pipe()
+        control = os.fdopen(control_write, "wb", buffering=0)
+    argv = command_line(job, events_write, control_read)
     capture: dict[str, Any] = {
         "key": job.key, "argv": withhold(argv, job.secrets), "cwd": cwd,
         "events": f"fd:{events_write}", "runs": "runs", "timeout_s": job.timeout_s,
@@ -297,7 +313,8 @@ def run_mission(job: Job) -> dict[str, Any]:
         # The agent's own environment: its credential-named variables are scrubbed too.
         redactor = Redactor(extra_values=job.secrets, environ=env)  # one drain feeds both
         said = Scrubbed(stderr, redactor)
-        drain = Drain({events_fd: Verbatim(events), stdout_fd: Scrubbed(stdout, redactor),
+        stream: Sink = Verbatim(events) if steer is None else Tapped(Verbatim(events), steer.line)
+        drain = Drain({events_fd: stream, stdout_fd: Scrubbed(stdout, redactor),
                        stderr_fd: said})
         proc = None
         try:
@@ -305,7 +322,8 @@ def run_mission(job: Job) -> dict[str, Any]:
                 raise _Unstaged(unstaged)
             proc = forkserver.popen(argv, stdin=subprocess.DEVNULL, stdout=stdout_write,
                                     stderr=stderr_write, cwd=cwd, env=env,
-                                    pass_fds=(events_write,), start_new_session=True)
+                                    pass_fds=(events_write,) if control_read is None else
+                                    (events_write, control_read), start_new_session=True)
         except (_Unstaged, OSError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, _Unstaged) else \
                 f"cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}"
@@ -314,9 +332,13 @@ def run_mission(job: Job) -> dict[str, Any]:
         finally:
             for fd in (events_write, stdout_write, stderr_write):
                 os.close(fd)  # the agent holds its own copies: the pipes end when it does
+            if control_read is not None:
+                os.close(control_read)
         if proc is None:
             drain.abandon()
         else:
+            if steer is not None and control is not None:
+                steer.started(proc.pid, control)
             drain.start()
             try:
                 _wait(proc, job.timeout_s, capture)
@@ -330,6 +352,9 @@ def run_mission(job: Job) -> dict[str, Any]:
             finally:
                 with _LIVE_LOCK:
                     _LIVE.discard(proc.pid)
+        if control is not None:
+            with contextlib.suppress(OSError):
+                control.close()
     capture["wall_s"] = round(time.monotonic() - t0, 3)
     if drain.failure is not None:
         raise drain.failure
@@ -1017,6 +1042,6 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
 
 
 __all__ = ["Agent", "DEFAULT_TIMEOUT_S", "EXECUTORS", "Job", "Progress", "ReportWriter",
-           "RunResult", "agent_for", "command_line", "execute", "executor_session", "gate",
+           "RunResult", "Steer", "agent_for", "command_line", "execute", "executor_session", "gate",
            "make_jobs", "refusal", "run_mission", "run_suite", "secret_values", "stop_all",
            "strip_url", "withhold"]

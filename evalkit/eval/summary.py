@@ -188,7 +188,7 @@ def summarize(records: Iterable[Mapping[str, Any]], lines: Iterable[int] | None 
 #: What may follow a ``mission_finished``: a new mission, or a resume going on (its first
 #: step_started carries ``resumed``; one that ends before its first step writes only its
 #: own mission_finished).
-_AFTER_FINISHED = frozenset({"mission_started", "mission_finished"})
+AFTER_FINISHED = frozenset({"mission_started", "mission_finished"})
 
 
 def out_of_order(record: Mapping[str, Any], event: Any, first: bool, closed_at: Any,
@@ -205,7 +205,7 @@ def out_of_order(record: Mapping[str, Any], event: Any, first: bool, closed_at: 
     wrong = None
     if first and event != "mission_started":
         wrong = f"the stream begins with {_named(event)}; mission_started comes first"
-    elif closed_at is not None and event not in _AFTER_FINISHED:
+    elif closed_at is not None and event not in AFTER_FINISHED:
         if event == "step_started" and record.get("resumed"):
             closed_at = None  # a resume goes on
         else:

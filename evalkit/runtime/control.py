@@ -32,9 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from evalkit.contract import CONTROL
 from evalkit.errors import EvalkitError
 
-WORDS = ("inject", "cancel", "cancel_step", "gate_decision")
+#: The closed vocabulary: the contract owns it (``CONTROL``).
+WORDS = tuple(CONTROL)
 
 #: What the model reads about an operator's cancel_step.
 SKIPPED_CALL = ("the operator cancelled the rest of this step (cancel_step); {tool} was not "
