@@ -22,6 +22,11 @@ MODEL_FILE = "model.jsonl"
 TOOLS_FILE = "tools.jsonl"
 #: A closed recording's signed list of its files (``evalkit.store.seal``).
 MANIFEST_FILE = "manifest.json"
+#: A model judge's judgments of a run, added after the run closed: a folder of their own
+#: beside the run's stream, sealed by a manifest of their own (``evalkit.judge``), so the
+#: run's seal stays exactly as the run left it.
+JUDGE_DIR = "judge"
+JUDGE_FILE = "judge.jsonl"
 
 RUNS_ENV = "EVALKIT_RUNS"
 RECORD_NOTHING = ("none", "off")
