@@ -260,3 +260,19 @@ def test_score_reaches_neither_the_judge_s_caller_nor_the_runtime():
     reached = _reach(["evalkit", "evalkit.cli", _command_module("score")])
     assert "evalkit.eval.checks.judge" in reached or "evalkit.eval.judging" in reached
     assert [m for m in reached if m.startswith(("evalkit.judge", "evalkit.runtime"))] == []
+
+
+def test_the_html_report_shows_the_judge_beside_the_machine_checks_and_other_judges(tmp_path):
+    suite, runs = lab(tmp_path)
+    judged(suite, runs)
+    canned(tmp_path / "harsh.yaml", [{"grade": "fail", "reasons": ["too short"]}])
+    judged(suite, runs, override={"scripted": str(tmp_path / "harsh.yaml")})
+    scored = invoke("score", "--suite", suite, "--runs", runs, "--report", tmp_path / "scored")
+    assert scored.exit_code == 1, scored.output
+    page = tmp_path / "report.html"
+    done = invoke("report", tmp_path / "scored", "-o", page, "--suite", suite)
+    assert done.exit_code == 0, done.output
+    html = page.read_text(encoding="utf-8")
+    assert "<h2>The judge</h2>" in html
+    assert "agree on 2 of 2 graded missions that have both" in html
+    assert "<td>scripted/harsh (" in html and "<td>0</td>" in html  # kappa 0, as in report.md
