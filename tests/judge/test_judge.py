@@ -276,3 +276,22 @@ def test_the_html_report_shows_the_judge_beside_the_machine_checks_and_other_jud
     assert "<h2>The judge</h2>" in html
     assert "agree on 2 of 2 graded missions that have both" in html
     assert "<td>scripted/harsh (" in html and "<td>0</td>" in html  # kappa 0, as in report.md
+
+
+def test_a_dataset_grades_judged_missions_as_the_runs_folder_does(tmp_path):
+    suite, runs = lab(tmp_path)
+    judged(suite, runs)
+
+    def seen(report) -> dict:
+        return {v["key"]: (v["passed"], v["reasons"], v["checks"], v.get("judge"))
+                for v in report.to_dict()["verdicts"]}
+
+    evalkit.ingest(runs, tmp_path / "ds")
+    assert seen(evalkit.score(suite, dataset=tmp_path / "ds")) == \
+        seen(evalkit.score(suite, runs=runs))
+    path = runs / "j1" / layout.JUDGE_DIR / layout.JUDGE_FILE
+    path.write_text(path.read_text(encoding="utf-8").replace('"pass"', '"fail"'),
+                    encoding="utf-8")
+    evalkit.ingest(runs, tmp_path / "ds2")
+    found = seen(evalkit.score(suite, dataset=tmp_path / "ds2"))
+    assert found["j1"][2] == ["tampered"] and found["j2"][0]
