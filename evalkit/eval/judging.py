@@ -99,6 +99,14 @@ def problems(settings: Mapping[str, Any], *, suite_dir: Path | None = None) -> I
 
 def spec_of(settings: Mapping[str, Any]) -> Spec:
     """The judge a valid ``judge:`` mapping names (``problems`` first: this assumes it is)."""
+    try:
+        return _spec_of(settings)
+    except TypeError:  # a plain dict, from a caller that built the settings itself
+        return _spec_of.__wrapped__(settings)
+
+
+@functools.lru_cache(maxsize=1024)
+def _spec_of(settings: Mapping[str, Any]) -> Spec:
     criteria = settings.get("criteria")
     parts = settings.get("rubric")
     if parts is None:
@@ -150,7 +158,12 @@ def _template_text(path: str) -> str:
 
 def prompt_version(name: str) -> str:
     """The template's name and the digest of its text: edit the text and every key moves."""
-    return f"{name}@{hashlib.sha256(template_text(name).encode()).hexdigest()[:12]}"
+    return _version(name, str(template_path(name)))
+
+
+@functools.lru_cache(maxsize=16)
+def _version(name: str, path: str) -> str:
+    return f"{name}@{hashlib.sha256(_template_text(path).encode()).hexdigest()[:12]}"
 
 
 def key_of(rubric_digest: str, answer: str, judge_id: str, version: str) -> str:
