@@ -81,7 +81,7 @@ def judge_runs(suite: Suite, runs: Path, *, override: Mapping[str, Any] | None =
         settings = {k: v for k, v in {**m.judge, **override}.items() if v is not None}
         problem = next(judging.problems(settings, suite_dir=suite.path.parent), None)
         if problem is not None:
-            raise EvalkitError(f"mission {m.key!r}: the judge settings {problem}")
+            raise EvalkitError(f"mission {m.key!r} field 'judge' {problem}")
         spec = judging.spec_of(settings)
         one = _judge_one(m, spec, runs, checker, lambda s=spec: _judge_for(
             judges, s, suite, endpoint), outcome, signer)

@@ -172,7 +172,7 @@ def test_a_scripted_judge_file_that_is_not_there_is_said_by_judge_not_by_score(t
     assert evalkit.check(suite).ok
     done = invoke("judge", runs, "--suite", suite)
     assert done.exit_code == 2
-    assert ("mission 'j2': the judge settings names scripted judge 'missing.yaml', which is "
+    assert ("mission 'j2' field 'judge' names scripted judge 'missing.yaml', which is "
             "not a file beside the suite") in done.output
 
 
