@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                       "Regenerate recordings/ from the suites' scripted agents."),
     "report": ("evalkit.commands.report:report", "Render an HTML KPI report."),
     "diff": ("evalkit.commands.report:diff", "Which verdicts flipped between two scorings."),
+    "judge": ("evalkit.commands.judge:judge", "Grade answers with a model judge, once; recorded."),
     "doctor": ("evalkit.commands.doctor:doctor", "What this machine can run, with fixes."),
     "export": ("evalkit.commands.export:export", "Write scored runs as Inspect AI eval logs."),
 }

@@ -173,7 +173,8 @@ def test_a_foreign_unsigned_stream_still_scores(out: Path, tmp_path: Path) -> No
     done = evalkit("verify", str(foreign))
     said = [line.split()[0] for line in done.stdout.splitlines()]
     assert done.returncode == 0 and said == ["unsigned"] * len(keys(out))
-    assert all(v["passed"] for v in verdicts(foreign).values())
+    # (a judged mission's judgments were left behind: it is not judged, and only that)
+    assert all(v["passed"] or v["checks"] == ["not_judged"] for v in verdicts(foreign).values())
     # ... unless the scorer is told every stream must carry a seal
     strict = evalkit("score", "--suite", str(SUITE), "--runs", str(foreign), "--split", "test",
                      "--require-signed")

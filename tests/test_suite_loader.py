@@ -397,7 +397,7 @@ def test_required_field_without_a_value(tmp_path):
     ("missions: []\ncolour: blue\n", "suite field 'colour' (line 2): unknown field; known"
      " fields: name, missions, tools, assets, identifier_pattern, flags, rubric_changes,"
      " vocabulary, agent_flags, skill, agents, plane, profile, fixtures, description,"
-     " fixture_for, serve, serve_port"),
+     " fixture_for, serve, serve_port, judge"),
     ("missions: []\nname: a\nname: b\n", "suite field 'name' (line 3): is given more than"
      " once; keep one"),
 ])

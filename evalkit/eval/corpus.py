@@ -399,6 +399,10 @@ recordings/<suite>/<variant>/
                                   to the repository, the interpreter shown as python)
     stdout.txt, stderr.txt        the runtime's narration and notes (small)
     audit/<run_id>.jsonl          the governance audit log of the run
+    judge/                        for a mission with a judge: what its scripted judge said
+      judge.jsonl                   each judgment: request, reply, grade, reasons (EVAL.md,
+                                    "Model-graded rubrics"), recorded by `evalkit judge`
+      manifest.json                 the judgments' own seal (kind judgments)
     runs/<run_id>/                the run directory (docs/REPLAY.md):
       manifest.json                 the run store's seal, made when the run closed
       events.jsonl                  every record in its {{seq, at, record}} envelope

@@ -92,12 +92,18 @@ class Flip:
     removed: list[str]  # reasons only on side A
     added: list[str]  # reasons only on side B
     grounding: dict[str, Any] | None = None
+    #: Which judge graded each side, when a model judge is part of the verdict
+    #: (``judge_change``): a flip whose judge changed is the judge's doing.
+    judge: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"configuration": self.configuration, "rep": self.rep, "key": self.key,
-                "flag": self.flag, "split": self.split, "direction": self.direction,
-                "checks": self.checks, "removed": self.removed, "added": self.added,
-                "grounding": self.grounding}
+        out = {"configuration": self.configuration, "rep": self.rep, "key": self.key,
+               "flag": self.flag, "split": self.split, "direction": self.direction,
+               "checks": self.checks, "removed": self.removed, "added": self.added,
+               "grounding": self.grounding}
+        if self.judge is not None:
+            out["judge"] = self.judge
+        return out
 
 
 @dataclass
@@ -184,6 +190,9 @@ def compare(a: Side, b: Side, *, allow_mismatch: bool = False) -> Diff:
                     checks=_checks(removed, va) + [c for c in _checks(added, vb)
                                                    if c not in _checks(removed, va)],
                     removed=removed, added=added)
+        flip.judge = judge_change(va.get(JUDGE), vb.get(JUDGE))
+        if flip.judge is not None and flip.judge["changed"] and JUDGE not in flip.checks:
+            flip.checks.append(JUDGE)  # a judgment "not judged" under the new judge is its doing
         if direction:
             half[direction] += 1
             if _touches_grounding(flip, va, vb):
@@ -200,6 +209,29 @@ def compare(a: Side, b: Side, *, allow_mismatch: bool = False) -> Diff:
 
     return Diff(a.label, b.label, b.suite if a.suite == b.suite else f"{a.suite} / {b.suite}",
                 sorted(flips, key=by_half), sorted(changed, key=by_half), counts, notes)
+
+
+#: The check (and the verdict's note) of a model judge (``evalkit.eval.checks.judge``).
+JUDGE = "judge"
+
+
+def judge_change(a: Any, b: Any) -> dict[str, Any] | None:
+    """Which judge graded each side and what it said; ``changed`` names what differs of the
+    judge itself (``model``, ``prompt``), empty when the same judge graded both. None when
+    neither side was judged by a model."""
+    if not isinstance(a, dict) and not isinstance(b, dict):
+        return None
+
+    def side(note: Any) -> dict[str, Any] | None:
+        if not isinstance(note, dict):
+            return None
+        return {"model": note.get("model"), "prompt": note.get("prompt"),
+                "grade": note.get("grade")}
+
+    sa, sb = side(a), side(b)
+    changed = [name for name in ("model", "prompt")
+               if (sa or {}).get(name) != (sb or {}).get(name)]
+    return {"a": sa, "b": sb, "changed": changed}
 
 
 def _infra(verdict: dict[str, Any]) -> list[str]:

@@ -957,9 +957,22 @@ def score_folder(suite: Suite, folder: Path, split: str,
             seal_folder(folder, sorted(p for p in folder.iterdir()
                                        if (p / MANIFEST_FILE).is_file()), signer)
             sealed = True
+        judge_folder(suite, folder, split)
     checker = Checker.for_scoring([folder], require_signed=sealed)
     report = score(suite, runs=folder, split=split, checker=checker).to_dict()
     return taxonomy.annotate(report, folder, captures)
+
+
+def judge_folder(suite: Suite, folder: Path, split: str) -> None:
+    """``evalkit judge`` of missions just run, when the suite has judged ones: the answers
+    are graded (once, recorded beside each run) before the folder is scored, so a fresh
+    run reads as a rescore of it would. A judge that cannot be asked (no endpoint, say)
+    leaves its missions "not judged", which the report says; the run is kept."""
+    if not any("judge" in m.settings for m in missions_in(suite, split)):
+        return
+    subprocess.run([sys.executable, "-m", "evalkit.cli", "judge", str(folder.resolve()),
+                    "--suite", str(suite.path), "--split", split],
+                   stdin=subprocess.DEVNULL, capture_output=True, check=False)
 
 
 # -- run --------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any
 
 from evalkit import parallel
 from evalkit.errors import EvalkitError
+from evalkit.eval import judging
 from evalkit.eval.harness_files import REPORT_FORMAT, REPORT_VERSION
 from evalkit.eval.report_json import decode_verdicts, encode_verdicts, json_parts
 from evalkit.eval.suite import SPLITS, Mission, Suite
@@ -226,6 +227,11 @@ class _Runs:
         return Located(key, None, None, NOT_RUN)
 
 
+def locate(runs: Path, key: str) -> Located:
+    """Where ``score --runs`` finds the mission ``key``'s stream under ``runs``."""
+    return _located(key, runs / key, None, runs, None)
+
+
 def _located(key: str, path: Path, label: str | None, base: Path | None,
              checker: Checker | None) -> Located:
     events = resolve_events(path, checker.listed if checker is not None
@@ -268,7 +274,28 @@ def fold(loc: Located, checker: Checker | None = None) -> RunSummary | Altered |
         if reason is not None:
             return Altered(reason)
     read = parse_bytes(loc.events, data)
-    return summarize(read.records, read.lines, source=loc.source, skipped=read.skipped)
+    summary = summarize(read.records, read.lines, source=loc.source, skipped=read.skipped)
+    judged = judgments_beside(loc.events, checker)
+    if isinstance(judged, Altered):
+        return judged
+    if judged:
+        summary.judgments = judged
+    return summary
+
+
+def judgments_beside(events: Path, checker: Checker | None = None
+                     ) -> dict[str, dict[str, Any]] | Altered:
+    """The judgments recorded beside a stream (``evalkit.eval.judging``), checked against
+    their own seal: judgments altered after they were sealed make the run's verdict an
+    infrastructure failure, as an altered stream does."""
+    path, data = judging.read_beside(events)
+    if data is None:
+        return {}
+    if checker is not None:
+        reason = checker.altered(Path(path), data)
+        if reason is not None:
+            return Altered(reason)
+    return judging.read_judgments(data)
 
 
 def judged(m: Mission, loc: Located, found: RunSummary | Altered | str | None) -> Verdict:

@@ -33,6 +33,23 @@ def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float] | None:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def cohen_kappa(pairs: Sequence[tuple[str, str]]) -> float | None:
+    """Cohen's kappa of two raters' labels on the same items (``pairs``: (a, b) per item):
+    how far their agreement goes beyond what their own label rates give by chance,
+    ``(p_o - p_e) / (1 - p_e)``. None when there is no item, or when chance alone
+    gives full agreement (both raters gave one and the same label throughout)."""
+    n = len(pairs)
+    if not n:
+        return None
+    observed = sum(1 for a, b in pairs if a == b) / n
+    labels = {label for pair in pairs for label in pair}
+    expected = sum((sum(1 for a, _ in pairs if a == label) / n) *
+                   (sum(1 for _, b in pairs if b == label) / n) for label in labels)
+    if expected >= 1:
+        return None
+    return round((observed - expected) / (1 - expected), 4)
+
+
 def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value from the discordant counts.
 

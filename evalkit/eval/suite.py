@@ -79,8 +79,8 @@ SPLITS: tuple[str, ...] = ("train", "test")
 #: evalkit's own optional top-level keys that hold paths relative to the suite file.
 PATH_KEYS: tuple[str, ...] = ("skill", "agents", "fixtures")
 
-# Field kinds: how a value is checked and stored (a check field's kind is one of the first four).
-_STR, _STRS, _BOOL, _INT = checks.KINDS
+# Field kinds: how a value is checked and stored (a check field's kind is one of the first five).
+_STR, _STRS, _BOOL, _INT, _SETTINGS = checks.KINDS
 #: A mapping of string to string (``fixture_for``: mission key -> fixture name).
 _MAP = "map"
 
@@ -315,6 +315,12 @@ class _Builder:
             if isinstance(value, int) and not isinstance(value, bool):
                 return True, value
             self.problem(where, name, steps, f"must be an integer, not {_describe(value)}")
+        elif kind == _SETTINGS:
+            if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+                return True, checks.freeze(value)
+            what = "its keys must be strings" if isinstance(value, dict) else \
+                f"not {_describe(value)}"
+            self.problem(where, name, steps, f"must be a mapping of settings; {what}")
         elif kind == _MAP:
             if isinstance(value, dict):
                 ok = True
@@ -344,11 +350,12 @@ class _Builder:
                              exit_code=UNREADABLE)
         fields: dict[str, Any] = {}
         extras: dict[str, Any] = {}
-        known = [*SUITE_FIELDS, *EXTRA_FIELDS]
+        defaults = suite_defaults()
+        known = [*SUITE_FIELDS, *EXTRA_FIELDS, *defaults]
         self.duplicates("suite", ())
         for name, raw in data.items():
             steps = (str(name),)
-            kind = _kind(name, SUITE_FIELDS) or _kind(name, EXTRA_FIELDS)
+            kind = _kind(name, SUITE_FIELDS) or _kind(name, EXTRA_FIELDS) or _kind(name, defaults)
             if kind is None:
                 self.unknown("suite", name, known, steps)
             elif raw is None:
@@ -366,6 +373,9 @@ class _Builder:
         if data.get("missions") is None:
             self.problem("suite", "missions", ("missions",),
                          "missing; a suite is a list of missions under 'missions'")
+        if "missions" in fields and any(name in extras for name in defaults):
+            fields["missions"] = tuple(_laid_over(m, extras, defaults)
+                                       for m in fields["missions"])
         if self.problems:
             raw = data.get("missions")
             refused = frozenset(str(name) for name, value in data.items()
@@ -484,6 +494,21 @@ class _Builder:
                                  f"must be a string, not {_describe(value)}")
             changes.append(change)
         return tuple(changes)
+
+
+def suite_defaults() -> dict[str, str]:
+    """The check fields a suite may also give at its top level (``Field.suite_default``),
+    each with its kind."""
+    return {f.name: f.kind for f in checks.fields() if f.suite_default}
+
+
+def _laid_over(m: Mission, extras: dict[str, Any], defaults: dict[str, str]) -> Mission:
+    """The mission with each of its suite-default fields laid over the suite's value."""
+    given = {name: checks.freeze({**extras[name], **m.settings[name]})
+             for name in defaults if name in extras and name in m.settings}
+    if not given:
+        return m
+    return Mission(**{**dict(m._fields()), **given}, line=m.line)
 
 
 def _kind(name: Any, table: dict[str, str]) -> str | None:

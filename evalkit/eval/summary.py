@@ -84,6 +84,9 @@ class RunSummary:
     # fired and the index of the step that completed its pattern; None when none fired.
     stagnation: str | None = None
     stagnation_step: int | float | None = None
+    #: The judgments a model judge recorded beside the stream (not folded from it: see
+    #: ``evalkit.eval.judging``), by key; None when none were.
+    judgments: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict, tuples as lists.

@@ -31,6 +31,7 @@ import orjson
 import pyarrow as pa
 
 from evalkit.errors import EvalkitError
+from evalkit.eval import judging
 from evalkit.eval.summary import RunSummary, summarize
 from evalkit.store import dataset as ds
 from evalkit.store.columns import Column, schema
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # DuckDB and the ingest load only where they are used:
 
 #: Bump when the fold's meaning changes without a RunSummary field changing;
 #: a change of fields changes ``summary_version()`` by itself.
-SUMMARY_VERSION = 3
+SUMMARY_VERSION = 4
 SUMMARIES = "summaries"
 _TUPLE_FIELDS = ("problems", "tools_called", "gate_tools", "rejected_tools")
 
@@ -124,10 +125,13 @@ class SummaryDerivation:
         return {SUMMARIES: {"version": summary_version()}}
 
     def fold(self, events_path: str, records: list[dict[str, Any]], lines: list[int],
-             skipped: int) -> RunSummary:
+             skipped: int, *, judgments: bytes | None = None) -> RunSummary:
         # The reference fold over the very records being ingested: what `score --runs`
         # computes, for a fifth of what the aggregate query costs here.
-        return summarize(records, lines, source=events_path, skipped=skipped)
+        summary = summarize(records, lines, source=events_path, skipped=skipped)
+        if judgments is not None:
+            summary.judgments = judging.read_judgments(judgments)
+        return summary
 
     def __call__(self, events: pa.Table, runs: pa.Table, folded: list[RunSummary]
                  ) -> list[tuple[str, pa.Table]]:

@@ -57,7 +57,8 @@ class Totals:
     the verdicts came in or on how they were shared out.
     """
 
-    __slots__ = ("missions", "missing", "passed", "human", "rejected", "ints", "floats", "counts")
+    __slots__ = ("missions", "missing", "passed", "human", "rejected", "ints", "floats", "counts",
+                 "judged", "not_judged")
 
     #: The means a report shows, and the KPI each is taken over (scored runs that carry it).
     MEANS = (("mean_steps", "steps"), ("mean_wall_s", "elapsed_s"), ("mean_tokens", "tokens"))
@@ -67,6 +68,9 @@ class Totals:
         self.ints = [0, 0, 0]
         self.floats: list[array[float]] = [array("d"), array("d"), array("d")]
         self.counts = [0, 0, 0]
+        #: Scored missions a model judge grades, and those of them with no judgment recorded
+        #: (``evalkit.eval.checks.judge``): shown only where a judge is configured.
+        self.judged = self.not_judged = 0
 
     def add(self, v: Verdict) -> None:
         self.missions += 1
@@ -74,6 +78,9 @@ class Totals:
         if v.missing:
             self.missing += 1
             return
+        if v.extra and "judge" in v.extra:
+            self.judged += 1
+            self.not_judged += "not_judged" in v.checks
         kpis = v.kpis
         for i, (_, name) in enumerate(self.MEANS):
             value = kpis[name]
@@ -92,6 +99,8 @@ class Totals:
         self.passed += other.passed
         self.human += other.human
         self.rejected += other.rejected
+        self.judged += other.judged
+        self.not_judged += other.not_judged
         for i in range(len(self.MEANS)):
             self.ints[i] += other.ints[i]
             self.floats[i].extend(other.floats[i])
@@ -125,6 +134,9 @@ class Totals:
             out[mean] = self._mean(i)
         out["human_interventions"] = self.human
         out["reply_rejected"] = self.rejected
+        if self.judged:
+            out["judged"] = self.judged - self.not_judged
+            out["not_judged"] = self.not_judged
         return out
 
 

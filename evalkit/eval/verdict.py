@@ -79,8 +79,13 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
                         missing=False, kpis=kpis_of(summary), source=source)
     called = distinct(summary.tools_called)
     found = _stream_reasons(summary) + machine_reasons(mission, summary)
-    return _verdict(mission, found, missing=False, kpis=kpis_of(summary, tools=called),
-                    source=source)
+    verdict = _verdict(mission, found, missing=False, kpis=kpis_of(summary, tools=called),
+                       source=source)
+    if mission.settings:
+        for check in checks.configured(mission.settings):
+            if check.note is not None:
+                verdict.extra[check.name] = check.note(mission, summary)
+    return verdict
 
 
 def altered(mission: Mission, reason: str, *, source: str | None = None) -> Verdict:

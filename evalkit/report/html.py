@@ -143,12 +143,26 @@ def report_html(scoring: Scoring, suite: Suite | None = None) -> str:
     changes = sorted(redact_obj(list(suite.rubric_changes)) if suite else (),
                      key=lambda c: str(c.get("date") or ""), reverse=True)
     return environment().get_template("report.html.j2").render(
-        scoring=scoring, halves=parts, suite=suite, suite_note=suite_note,
+        scoring=scoring, halves=parts, suite=suite, suite_note=suite_note, judged=judged(scoring),
         limits=limits, small=next((too_small(r.report) for c in scoring.ran for r in c.reps), None),
         rubric_changes=changes[:RUBRIC_CHANGES_SHOWN], rubric_total=len(changes),
         newest={c.get("key"): c for c in reversed(changes)},
         rows=[c for c in scoring.configurations if c.question or c.delta or c.status != "ran"],
     )
+
+
+def judged(scoring: Scoring) -> list[tuple[str, dict[str, Any]]]:
+    """Per configuration that ran, the judge's agreement with the machine checks and with
+    other judges (``evalkit.eval.judging.agreement``), over all its repeats; only those
+    with a judged verdict."""
+    from evalkit.eval.judging import agreement
+
+    found = []
+    for config in scoring.ran:
+        seen = agreement([v for rep in config.reps for v in rep.report.get("verdicts") or ()])
+        if seen["machine"] or seen["judges"]:
+            found.append((scoring.name_of(config), seen))
+    return found
 
 
 def transcripts(scoring: Scoring, half: str, part: int, limits: Limits | None = None

@@ -66,6 +66,13 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _judged(totals: dict[str, Any]) -> str:
+    """The judged missions of a half, with those no judgment was recorded for apart."""
+    if "not_judged" not in totals:
+        return ""
+    return f"; judged {totals['judged']}, not judged {totals['not_judged']}"
+
+
 def _rate(totals: dict[str, Any]) -> str:
     rate = totals["success_rate"]
     shown = "—" if rate is None else f"{rate * 100:.0f}%"
@@ -75,9 +82,39 @@ def _rate(totals: dict[str, Any]) -> str:
 def to_markdown(report: dict[str, Any]) -> str:
     """Per half: the per-mission table, the by-flag table, and why they failed."""
     rows, failures = render_verdicts(report["verdicts"], report["halves"])
-    return joined(markdown_parts(report, {h: [lines_bytes(r)] for h, r in rows.items()},
+    text = joined(markdown_parts(report, {h: [lines_bytes(r)] for h, r in rows.items()},
                                  {h: [lines_bytes(f)] for h, f in failures.items()},
                                  {h: bool(f) for h, f in failures.items()})).decode("utf-8")
+    judged = judge_lines(report["verdicts"])
+    return text + "\n" + "".join(line + "\n" for line in judged) if judged else text
+
+
+def judge_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """The judge's agreement with the machine checks per mission (where a mission has both),
+    and each pair of judges' agreement over the answers both graded, with Cohen's kappa
+    (``evalkit.eval.judging.agreement``, ``evalkit.eval.stats.cohen_kappa``)."""
+    from evalkit.eval.judging import agreement
+
+    found = agreement(verdicts)
+    lines: list[str] = []
+    if found["machine"]:
+        rows = found["machine"]
+        agree = sum(1 for r in rows if r["agree"])
+        lines += ["## The judge and the machine checks", "",
+                  f"They agree on {agree} of {len(rows)} missions that have both.", "",
+                  "| mission | half | judge | machine checks | agree |", "|---|---|---|---|---|"]
+        lines += [f"| {_cell(r['key'])} | {r['split']} | {r['judge']} | {r['machine']} | "
+                  f"{_cell(r['agree'])} |" for r in rows]
+    if found["judges"]:
+        if lines:
+            lines.append("")
+        lines += ["## Judge against judge", "",
+                  "| judge | other judge | answers | agree | Cohen's kappa |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {_cell(r['a'])} | {_cell(r['b'])} | {r['answers']} | {r['agree']} | "
+                  f"{_cell(r['kappa']) if r['kappa'] is not None else '—'} |"
+                  for r in found["judges"]]
+    return lines
 
 
 #: Per half, lines rendered from its verdicts: table rows, or why-they-failed lines.
@@ -149,7 +186,7 @@ def markdown_parts(report: dict[str, Any], rows: dict[str, list[Part]],
                   f"{_rate(t)}; {t['missing']} missing; mean steps {_cell(t['mean_steps'])}, "
                   f"mean wall {_cell(t['mean_wall_s'])} s, mean tokens {_cell(t['mean_tokens'])}; "
                   f"human interventions {t['human_interventions']}, "
-                  f"rejected replies {t['reply_rejected']}", ""]
+                  f"rejected replies {t['reply_rejected']}{_judged(t)}", ""]
         lines += ["| mission | flag | verdict | outcome | steps | tool calls | tokens | grounded |",
                   "|---|---|---|---|---|---|---|---|"]
         parts += [lines_bytes(lines), *rows[half]]

@@ -26,6 +26,8 @@ def _flip(f: Flip) -> list[str]:
     lines = [head + f"  checks: {', '.join(f.checks) or '—'}"]
     lines += [f"    - A: {r}" for r in f.removed]
     lines += [f"    + B: {r}" for r in f.added]
+    if f.judge and (f.judge["changed"] or "judge" in f.checks or "not_judged" in f.checks):
+        lines.append("    " + judge_line(f.judge))
     g = f.grounding
     if g:
         for name, t in g["tokens"].items():
@@ -38,3 +40,16 @@ def _flip(f: Flip) -> list[str]:
         for c in g["checks"]:
             lines.append(f"    grounding check {c['check']}: {c['a'] or '—'} → {c['b'] or '—'}")
     return lines
+
+
+def judge_line(change: dict) -> str:
+    """Which judge graded each side, and whether the judge itself changed."""
+    def side(s: dict | None) -> str:
+        if s is None:
+            return "no judge"
+        return f"{s['model']} ({s['prompt']}) {s['grade'] or 'not judged'}"
+
+    said = f"judge: {side(change['a'])} → {side(change['b'])}"
+    if change["changed"]:
+        said += f"; the judge changed ({', '.join(change['changed'])})"
+    return said

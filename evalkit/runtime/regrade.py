@@ -140,9 +140,50 @@ def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | 
         rows.append(row)
         if on_done is not None:
             on_done(row)
+    carry_judgments(source, rows)
     report = _report(source, out, skills, workers, rows, time.monotonic() - started)
     replace_file(out / REPORT_FILE, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report
+
+
+def carry_judgments(source: Path, rows: list[dict[str, Any]]) -> None:
+    """A model judge's judgments of each recording (``judge/`` beside its run, or beside its
+    mission's stream) go beside its replay, checked against their seal and sealed again
+    with this machine's key: they are filed under the answer's digest, so they grade the
+    replay exactly when it gave the same answer, and the replay is scored with no model.
+    Altered ones are not carried (the replay is then "not judged")."""
+    from evalkit.store.seal import Checker, entry_of, signer_or_none, write_manifest
+
+    checker = Checker.for_scoring([source])
+    signer = None
+    for row in rows:
+        if not row["replay"]:
+            continue
+        found = _judgments_of(Path(row["source"]), source)
+        if found is None:
+            continue
+        data = found.read_bytes()
+        if checker.altered(found, data) is not None:
+            continue
+        folder = Path(row["replay"]) / layout.JUDGE_DIR
+        folder.mkdir(exist_ok=True)
+        (folder / layout.JUDGE_FILE).write_bytes(data)
+        signer = signer or signer_or_none()[0]
+        if signer is not None:
+            write_manifest(folder, {layout.JUDGE_FILE: entry_of(data, chained=True)}, signer,
+                           kind="judgments")
+
+
+def _judgments_of(run: Path, source: Path) -> Path | None:
+    """The judgments nearest a recorded run: beside it, or in a folder above it (up to the
+    source folder), where the mission's stream is."""
+    for folder in [run, *run.parents]:
+        path = folder / layout.JUDGE_DIR / layout.JUDGE_FILE
+        if path.is_file():
+            return path
+        if folder == source:
+            return None
+    return None
 
 
 def _report(source: Path, out: Path, skills: Sequence[str], jobs: int,

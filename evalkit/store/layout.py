@@ -25,6 +25,11 @@ TOOLS_FILE = "tools.jsonl"
 CAPTURE_FILE = "command.json"
 #: A closed recording's signed list of its files (``evalkit.store.seal``).
 MANIFEST_FILE = "manifest.json"
+#: A model judge's judgments of a run, added after the run closed: a folder of their own
+#: beside the run's stream, sealed by a manifest of their own (``evalkit.judge``), so the
+#: run's seal stays exactly as the run left it.
+JUDGE_DIR = "judge"
+JUDGE_FILE = "judge.jsonl"
 
 RUNS_ENV = "EVALKIT_RUNS"
 RECORD_NOTHING = ("none", "off")

@@ -168,12 +168,13 @@ def seal_run(run_dir: Path, signer: Signer, *, fsync: bool = True) -> dict[str, 
 
 def recorded_files(folder: Path) -> list[str]:
     """Every file of a mission folder that is part of its recording, relative, sorted:
-    not its working copy or approvals, locks, hidden temporaries, or the manifest."""
+    not its working copy or approvals, locks, hidden temporaries, the manifest, or a
+    judge's judgments (added after the run closed, and sealed apart)."""
     found = []
     for top, dirs, names in os.walk(folder):
         here = Path(top)
-        if here == folder:
-            dirs[:] = [d for d in dirs if d not in NOT_RECORDED]
+        if here == folder:  # a judge's judgments carry a seal of their own (evalkit.judge)
+            dirs[:] = [d for d in dirs if d not in NOT_RECORDED and d != layout.JUDGE_DIR]
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in names:
             if name.startswith(".") or name == layout.LOCK_FILE or (

@@ -116,12 +116,15 @@ def test_every_mission_folder_keeps_what_a_reader_needs_and_nothing_else(
         suite: str, variant: str) -> None:
     top = sorted(p.name for p in (RECORDINGS / suite / variant).iterdir() if p.is_file())
     assert top == ["manifest.json", "report.json", "report.md"]
+    judged = {m.key for m in load_suite(SUITES / suite).missions if "judge" in m.settings}
     for folder in mission_folders(RECORDINGS, suite, variant):
         run = run_dir(folder)
         files = sorted(str(p.relative_to(folder)).replace(run.name, "<run>")
                        for p in folder.rglob("*") if p.is_file())
-        assert files == ["audit/<run>.jsonl", "command.json", "events.jsonl", "manifest.json",
-                         "runs/<run>/events.jsonl", "runs/<run>/manifest.json",
+        # A judged mission keeps what its (scripted) judge said, sealed apart.
+        judgments = ["judge/judge.jsonl", "judge/manifest.json"] if folder.name in judged else []
+        assert files == ["audit/<run>.jsonl", "command.json", "events.jsonl", *judgments,
+                         "manifest.json", "runs/<run>/events.jsonl", "runs/<run>/manifest.json",
                          "runs/<run>/meta.json", "runs/<run>/model.jsonl",
                          "runs/<run>/tools.jsonl", "stderr.txt", "stdout.txt"], folder
         for small in ("stdout.txt", "stderr.txt"):
@@ -277,5 +280,5 @@ def test_the_corpus_is_sealed_whole_with_its_committed_key() -> None:
     assert findings and {f.word for f in findings} == {VERIFIED}, [
         (str(f.path), f.word, f.problems) for f in findings if f.word != VERIFIED]
     kinds = sorted({f.kind for f in findings})
-    assert kinds == ["folder", "mission", "run"]
+    assert kinds == ["folder", "judgments", "mission", "run"]  # a judge's, sealed apart
     assert sum(f.kind == "folder" for f in findings) == len(TARGETS)

@@ -30,9 +30,11 @@ if TYPE_CHECKING:
     from evalkit.eval.suite import Mission
     from evalkit.eval.summary import RunSummary
 
-#: How a field's value is read: text, a list of texts, true/false, a whole number.
-Kind = Literal["str", "strs", "bool", "int"]
-KINDS: tuple[str, ...] = ("str", "strs", "bool", "int")
+#: How a field's value is read: text, a list of texts, true/false, a whole number, or a
+#: mapping of settings (read as a ``Frozen`` mapping; its check's ``validate`` says what
+#: may be in it).
+Kind = Literal["str", "strs", "bool", "int", "mapping"]
+KINDS: tuple[str, ...] = ("str", "strs", "bool", "int", "mapping")
 
 #: What a rule yields: a sentence (under the check's own name, or about its first
 #: field), or a (name, sentence) pair naming one of the check's ``emits`` (or fields).
@@ -45,7 +47,7 @@ ENTRY_POINT_GROUP = "evalkit.checks"
 #: The built-in checks, by module, in the order a verdict lists their reasons.
 BUILT_IN: tuple[str, ...] = (
     "expects_tools", "forbids_tools", "expects_outcome", "expects_grounded", "answer",
-    "max_reply_rejected", "must_not_stage", "max_model_calls",
+    "max_reply_rejected", "must_not_stage", "max_model_calls", "judge",
 )
 
 
@@ -56,6 +58,9 @@ class Field:
     A field left out, or given as null, has its ``default``: "not checked".
     Adjacent fields of one check with the same ``type`` and ``meaning`` share
     a row of the table (``answer_must_match``, ``answer_must_not_match``).
+    ``suite_default``: a ``mapping`` field a suite may also give at its top level;
+    there it holds defaults each mission's own mapping is laid over (a mission
+    without the field stays unset: the suite's value configures, it does not opt in).
     """
 
     name: str
@@ -63,6 +68,7 @@ class Field:
     type: str
     meaning: str
     default: Any = None
+    suite_default: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,9 @@ class Check:
     ``reads`` names the ``RunSummary`` facts ``judge`` reads. ``emits`` lists other
     names its reasons go under besides ``name``, and ``reasons`` maps regexes over a
     reason sentence to those names, so ``diff`` can read reports that name no checks.
+    ``note(mission, summary)``, when given, is what a verdict carries under the
+    check's name besides its reasons (a JSON value, None for nothing): facts a
+    sentence cannot hold for a program, e.g. which model judged the answer.
     """
 
     name: str
@@ -89,6 +98,7 @@ class Check:
     reads: tuple[str, ...] = ()
     emits: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = ()
+    note: Callable[[Mission, RunSummary], Any] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -118,6 +128,43 @@ def _named(said: Said, default: str, allowed: tuple[str, ...]) -> tuple[str, str
         raise ValueError(f"a check said {sentence!r} under {name!r}, which is none of "
                          f"its names ({', '.join(allowed)})")
     return name, sentence
+
+
+class Frozen(dict):  # type: ignore[type-arg]
+    """A ``mapping`` field's value: a dict that cannot change and can be hashed (a
+    ``Mission`` is immutable and hashable), nested mappings frozen and lists made tuples."""
+
+    def __init__(self, value: Any = ()) -> None:
+        super().__init__((k, freeze(v)) for k, v in dict(value).items())
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted((str(k), _hashable(v)) for k, v in self.items())))
+
+    def _refuse(self, *_: Any, **__: Any) -> Any:
+        raise TypeError("a mission's settings cannot change")
+
+    __setitem__ = __delitem__ = _refuse  # type: ignore[assignment]
+    update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Frozen, (dict(self),)
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every mapping a ``Frozen`` one and every list a tuple."""
+    if isinstance(value, dict) and not isinstance(value, Frozen):
+        return Frozen(value)
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 class CheckError(EvalkitError):
@@ -175,6 +222,9 @@ class _Registry:
             if f.kind not in KINDS:
                 raise CheckError(f"check {check.name!r} field {f.name!r} has kind {f.kind!r}; "
                                  f"use one of {', '.join(KINDS)}")
+            if f.suite_default and f.kind != "mapping":
+                raise CheckError(f"check {check.name!r} field {f.name!r} takes a suite "
+                                 "default, which only a mapping field can")
             owner = "every mission" if f.name in core else (
                 f"check {self.by_field[f.name].name!r}" if f.name in self.by_field else None)
             if owner is not None:
@@ -290,6 +340,6 @@ def version() -> int:
     return _REGISTRY.version
 
 
-__all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "KINDS", "Check", "CheckError", "Field", "Kind",
-           "Said", "built_in", "configured", "field", "fields", "register_check", "registered",
-           "unregister_check", "version"]
+__all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "KINDS", "Check", "CheckError", "Field", "Frozen",
+           "Kind", "Said", "built_in", "configured", "field", "fields", "freeze",
+           "register_check", "registered", "unregister_check", "version"]

@@ -32,6 +32,8 @@ from evalkit.store import dataset as ds
 from evalkit.store.layout import (
     CAPTURE_FILE,
     EVENTS_FILE,
+    JUDGE_DIR,
+    JUDGE_FILE,
     META_FILE,
     MODEL_FILE,
     TOOLS_FILE,
@@ -61,7 +63,9 @@ class Derivation(Protocol):
     manifest: dict[str, Any]
 
     def fold(self, events_path: str, records: list[dict[str, Any]], lines: list[int],
-             skipped: int) -> Any: ...
+             skipped: int, *, judgments: bytes | None = None) -> Any:
+        """One stream's fold; ``judgments`` (the bytes of a model judge's judgments beside
+        it) is passed only for a run that has some."""
 
     def __call__(self, events: pa.Table, runs: pa.Table, folded: list[Any]
                  ) -> list[tuple[str, pa.Table]]: ...
@@ -234,8 +238,15 @@ def convert(root: Path, dirs: list[str], derive: Derivation | None = None,
             raise EvalkitError(f"cannot read {stream}: it vanished during ingest")
         nbytes += len(data)
         events_path = run if bare else _in_run(run, EVENTS_FILE)
+        # A model judge's judgments beside the stream (``evalkit judge``): sealed apart, and
+        # read by the fold with the stream, so a dataset scores a judged mission as --runs does.
+        judged = os.path.join(os.path.dirname(stream), JUDGE_DIR, JUDGE_FILE)
+        judgments = file_bytes(judged)
         if checker is not None:
             check = checker.stream(stream, data)
+            if not check.tampered and judgments is not None:
+                judge_check = checker.stream(judged, judgments)
+                check = judge_check if judge_check.tampered else check
             seals.append((events_path, check.word, check.reason() if check.tampered else None))
         read = kept[1] if kept is not None else parse_bytes(Path(stream), data)
         envelopes = read.envelopes
@@ -251,7 +262,10 @@ def convert(root: Path, dirs: list[str], derive: Derivation | None = None,
             copies.stamp(base, capture, rows)
         events.add({"run": run, "events_path": events_path, "source": source}, read.lines, rows)
         if derive is not None:
-            folded.append(derive.fold(events_path, read.records, read.lines, read.skipped))
+            folded.append(derive.fold(events_path, read.records, read.lines, read.skipped)
+                          if judgments is None else
+                          derive.fold(events_path, read.records, read.lines, read.skipped,
+                                      judgments=judgments))
         if not bare:
             nbytes += calls.add(run, base, read.records, rows)
         runs.append(_run_row(run, events_path, source, read, rows, meta, capture))
