@@ -129,3 +129,42 @@ def test_an_unpriced_measure_says_nothing_about_cost() -> None:
     assert stats.quality_and_cost("better", {"delta": -0.1, "interval": [-0.2, -0.05]}) is None
     noisy = stats.quality_and_cost("better", {"delta": 0.1, "interval": [-0.1, 0.3]})
     assert noisy is not None and "may be noise" in noisy
+
+
+def test_regrade_prices_the_replays_and_only_reads_the_recordings(tmp_path: Path) -> None:
+    from evalkit.runtime.regrade import regrade
+
+    run = recorded_run(tmp_path)  # recorded at 0.0044
+    before = fingerprint(tmp_path / "runs")
+    dearer = tmp_path / "dearer.yaml"
+    dearer.write_text(prices(4, 10), encoding="utf-8")
+    report = regrade(tmp_path / "runs", tmp_path / "out", jobs=1, pricing=dearer)
+    [row] = report["runs"]
+    assert row["error"] is None and row["cost"] == 0.007
+    replayed = tmp_path / "out" / row["replay"]
+    end = json.loads((replayed / "events.jsonl").read_text().splitlines()[-1])["record"]
+    assert end["usage"]["cost"] == 0.007
+    meta = json.loads((replayed / "meta.json").read_text())["meta"]
+    assert meta["priced_as"] == ["scripted", "agent.yaml"]  # what score --pricing reads
+    assert fingerprint(tmp_path / "runs") == before
+    assert run.name in {p.name for p in (tmp_path / "runs").iterdir()}
+
+
+def test_run_and_measure_pass_prices_and_budgets_to_the_built_in_agent_only(tmp_path) -> None:
+    import pytest
+
+    from evalkit.errors import EvalkitError
+    from evalkit.eval.runner import Agent, Spending
+
+    example = tmp_path / "p.yaml"
+    example.write_text(prices(1, 1), encoding="utf-8")
+    spending = Spending(example, 5000, 0.5)
+    builtin = Agent(agents=tmp_path)
+    assert spending.check(builtin) is not None
+    assert spending.agent(builtin).extra == ("--pricing", str(example.resolve()), "--max-tokens",
+                                             "5000", "--max-cost", "0.5")
+    with pytest.raises(EvalkitError, match="put your agent's own budget flags on its spawn"):
+        spending.check(Agent(spawn=("my-agent",)))
+    with pytest.raises(EvalkitError, match="--max-cost needs prices"):
+        Spending(None, None, 0.5).check(builtin)
+    assert Spending(example).agent(Agent(spawn=("my-agent",))).spawn == ("my-agent",)
