@@ -168,3 +168,9 @@ def test_run_and_measure_pass_prices_and_budgets_to_the_built_in_agent_only(tmp_
     with pytest.raises(EvalkitError, match="--max-cost needs prices"):
         Spending(None, None, 0.5).check(builtin)
     assert Spending(example).agent(Agent(spawn=("my-agent",))).spawn == ("my-agent",)
+    from evalkit.eval.suite import Mission
+
+    dear = Mission("k", "chaining", "p", max_cost=0.1)
+    with pytest.raises(EvalkitError, match="mission 'k' sets max_cost"):
+        Spending().check(builtin, [dear])
+    assert Spending(example).check(builtin, [dear]) is not None

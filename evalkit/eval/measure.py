@@ -324,7 +324,7 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant, secrets)
     spending = spending or Spending()
-    pricing = spending.check(agent)
+    pricing = spending.check(agent, missions)
     agent = spending.agent(agent)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)

@@ -955,8 +955,9 @@ class Spending:
     max_tokens: int | None = None
     max_cost: float | None = None
 
-    def check(self, agent: Agent) -> Pricing | None:
-        """The loaded prices; refuses budgets it cannot pass on, one sentence each."""
+    def check(self, agent: Agent, missions: Sequence[Mission] = ()) -> Pricing | None:
+        """The loaded prices; refuses budgets it cannot pass on, one sentence each (a
+        mission's own ``max_cost`` too: the built-in agent could not start without prices)."""
         if self.max_tokens is not None and self.max_tokens < 1:
             raise EvalkitError("--max-tokens must be 1 or more")
         if self.max_cost is not None and not self.max_cost > 0:
@@ -967,6 +968,11 @@ class Spending:
                                "put your agent's own budget flags on its spawn line")
         if self.max_cost is not None and self.pricing is None:
             raise EvalkitError("--max-cost needs prices: give --pricing FILE")
+        dear = next((m.key for m in missions if m.max_cost is not None), None)
+        if dear is not None and agent.builtin and self.pricing is None \
+                and not os.environ.get("EVALKIT_PRICING"):
+            raise EvalkitError(f"mission {dear!r} sets max_cost, which the built-in agent can "
+                               "hold only with prices: give --pricing FILE")
         if self.pricing is None:
             return None
         from evalkit.pricing import load
@@ -1020,7 +1026,7 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant, secrets)
     spending = spending or Spending()
-    pricing = spending.check(agent)
+    pricing = spending.check(agent, missions)
     agent = spending.agent(agent)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
