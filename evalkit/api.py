@@ -46,7 +46,7 @@ def score(suite: str | Path | Suite, *, runs: str | Path | None = None,
           mapping: Mapping[str, str | Path] | None = None, dataset: str | Path | None = None,
           split: str = "all", verify: bool = True,
           trust: Sequence[str | Path] = (), require_signed: bool = False,
-          checker: Checker | None = None) -> ScoreReport:
+          checker: Checker | None = None, pricing: str | Path | None = None) -> ScoreReport:
     """Verdicts and KPIs for a suite's missions, from recordings: ``runs`` (a folder of
     mission folders), ``mapping`` (mission key -> run directory or events file), or a
     ``dataset`` written by ``ingest``.
@@ -55,6 +55,7 @@ def score(suite: str | Path | Suite, *, runs: str | Path | None = None,
     graded. Every stream is checked against its seal unless ``verify`` is False:
     ``trust`` adds public keys whose seals count, ``require_signed`` fails unsigned
     streams, ``checker`` (an ``evalkit.store.seal.Checker``) replaces both.
+    ``pricing`` (a pricing file) prices every run again from its recorded tokens.
     """
     from evalkit.eval.check import gradeable
     from evalkit.eval.score import beside
@@ -69,8 +70,13 @@ def score(suite: str | Path | Suite, *, runs: str | Path | None = None,
         where = beside(Path(runs) if runs is not None else None, mapping or {})
         checker = Checker.for_scoring(where, [Path(t) for t in trust],
                                       require_signed=require_signed)
+    prices = None
+    if pricing is not None:
+        from evalkit.pricing import load
+
+        prices = load(pricing)
     return score_suite(suite, runs=runs, mapping=mapping, dataset=dataset, split=split,
-                       verify=verify, checker=checker)
+                       verify=verify, checker=checker, pricing=prices)
 
 
 def ingest(folder: str | Path, out: str | Path | None = None, *,

@@ -142,7 +142,7 @@ PROFILES: tuple[str, ...] = ("safe", "dev", "research", "ops", "god")
 SANDBOXES: tuple[str, ...] = ("bwrap", "none")
 
 #: Budget names carried in ``mission_finished.budget.which``.
-BUDGETS: tuple[str, ...] = ("steps", "seconds")
+BUDGETS: tuple[str, ...] = ("steps", "seconds", "tokens", "cost")
 
 
 #: Which field each closed value set above governs: ``event.field``, ``[]`` for each item
@@ -212,6 +212,13 @@ CLI_FLAGS: tuple[dict[str, Any], ...] = (
     _flag("--mission-steps", "N", "step ceiling (0 = none)"),
     _flag("--mission-seconds", "S", "wall-clock ceiling in seconds, kept while a model or "
           "tool call is in flight"),
+    _flag("--max-tokens", "N", "token ceiling over every model call of the run, supervisor "
+          "reviews included: the run ends before a call whose estimated prompt would cross "
+          "it, or after the reply that did"),
+    _flag("--max-cost", "AMOUNT", "cost ceiling in the pricing file's currency, held like "
+          "--max-tokens; needs --pricing"),
+    _flag("--pricing", "FILE", "a pricing file (YAML): each model call's usage and the run's "
+          "totals carry cost, null when the model has no price", env="EVALKIT_PRICING"),
     _flag("--request-timeout", "SECONDS", "most seconds one model call may take in all "
           "(default 300); running out is a transport fault, retried",
           env="EVALKIT_REQUEST_TIMEOUT"),
@@ -241,6 +248,7 @@ ENV_VARS: dict[str, str] = {
     "EVALKIT_API_BASE": "endpoint base URL when --api-base is not given",
     "EVALKIT_API_KEY": "endpoint key when --api-key is not given",
     "EVALKIT_PROFILE": "capability profile when --profile is not given",
+    "EVALKIT_PRICING": "pricing file when --pricing is not given",
     "EVALKIT_REQUEST_TIMEOUT": "seconds one model call may take when --request-timeout is not "
                                "given",
     "EVALKIT_STREAM_IDLE_TIMEOUT": "seconds a stream may stay silent when "
@@ -310,6 +318,8 @@ USAGE: dict[str, tuple[str, ...]] = {
     "completion_tokens": ("integer",),
     "total_tokens": ("integer",),
     "calls": ("integer",),
+    # put there by --pricing; null when the model has no price (never a guessed 0)
+    "cost": ("number", "null"),
 }
 
 #: What ``--control`` takes: one JSON object per line, ``{"control": WORD, ...}``, with

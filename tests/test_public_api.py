@@ -30,6 +30,7 @@ from evalkit import (
 )
 from evalkit.cli import main
 from evalkit.eval.checks import unregister_check
+from evalkit.pricing import EXAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "suites" / "stub"
@@ -56,12 +57,13 @@ def test_every_public_name_is_there_and_listed():
 def test_check_and_score_a_shipped_suite_from_its_recordings():
     suite = load_suite(STUB)
     assert check(suite).ok and check(STUB).summary.startswith("suite 'stub' is gradeable")
-    report = score(STUB, runs=GOOD_RUNS)
+    report = score(STUB, runs=GOOD_RUNS, pricing=EXAMPLE)
     assert isinstance(report, ScoreReport) and report.all_passed
     assert all(isinstance(v, Verdict) for v in report.verdicts)
-    # What the library returns is what the CLI wrote into the committed report.
+    # What the library returns is what the CLI wrote into the committed report (which
+    # prices the recorded tokens with the example prices, recordings/README.md says).
     assert report.to_dict() == json.loads((GOOD_RUNS / "report.json").read_text())
-    assert score(suite, runs=GOOD_RUNS).to_dict() == report.to_dict()
+    assert score(suite, runs=GOOD_RUNS, pricing=EXAMPLE).to_dict() == report.to_dict()
 
 
 def test_score_refuses_a_suite_that_cannot_be_graded(tmp_path):

@@ -80,9 +80,12 @@ def replay(ctx: click.Context, run: str, skills: tuple[str, ...], tools: str,
 @click.option("--jobs", type=click.IntRange(min=1), metavar="N",
               help="Worker processes (default: one per CPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the regrade report as JSON.")
+@click.option("--pricing", type=click.Path(path_type=Path), metavar="FILE",
+              help="Price every replayed call from its recorded tokens at this file's prices "
+                   "(the recordings are only read).")
 @click.pass_context
 def regrade(ctx: click.Context, source: Path, skills: tuple[str, ...], out: Path,
-            jobs: int | None, as_json: bool) -> None:
+            jobs: int | None, as_json: bool, pricing: Path | None) -> None:
     """Replay every run under DIR with a new skill manifest, so `score --runs OUT` re-grades it."""
     import json
 
@@ -90,12 +93,12 @@ def regrade(ctx: click.Context, source: Path, skills: tuple[str, ...], out: Path
     from evalkit.runtime.regrade import regrade as regrade_folder
 
     if not sys.stderr.isatty():  # a bar is for a person watching; a log gets no stray line
-        report = regrade_folder(source, out, skills=skills, jobs=jobs)
+        report = regrade_folder(source, out, skills=skills, jobs=jobs, pricing=pricing)
     else:
         total = len(find_runs(source)) if source.is_dir() else 0
         with click.progressbar(length=total, label="regrade", file=sys.stderr,
                                show_pos=True) as bar:
-            report = regrade_folder(source, out, skills=skills, jobs=jobs,
+            report = regrade_folder(source, out, skills=skills, jobs=jobs, pricing=pricing,
                                     on_done=lambda _row: bar.update(1))
     if as_json:
         click.echo(json.dumps(report, indent=2, ensure_ascii=False))

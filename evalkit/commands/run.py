@@ -85,6 +85,14 @@ def _common(fn: Any) -> Any:
                           "(refused for any other folder)."),
         click.option("--junit", "junit_path", type=click.Path(path_type=Path), metavar="FILE",
                      help="Also write the verdicts as JUnit XML, for a CI server's test page."),
+        click.option("--pricing", type=click.Path(path_type=Path), metavar="FILE",
+                     help="A pricing file: every run is costed at its prices (and the built-in "
+                          "agent is given it)."),
+        click.option("--max-tokens", type=int, metavar="N",
+                     help="Built-in agent: end each mission before it uses more than N tokens."),
+        click.option("--max-cost", type=float, metavar="AMOUNT",
+                     help="Built-in agent: end each mission before it costs more than AMOUNT "
+                          "(needs --pricing)."),
         click.argument("spawn", nargs=-1, type=click.UNPROCESSED),
     ]
     for option in reversed(options):
@@ -97,21 +105,22 @@ def _common(fn: Any) -> Any:
 @click.option("--allow-failures", is_flag=True, help="Exit 0 even when a mission failed.")
 def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
         variant: str | None, executor: str, ray_address: str | None, secrets: tuple[str, ...],
-        quiet: bool, overwrite: bool, junit_path: Path | None, spawn: tuple[str, ...],
+        quiet: bool, overwrite: bool, junit_path: Path | None, pricing: Path | None,
+        max_tokens: int | None, max_cost: float | None, spawn: tuple[str, ...],
         allow_failures: bool) -> None:
     """Spawn the agent once per mission, capture its stream, score it.
 
     The agent is everything after --, e.g. `-- my-agent --model m`; without one,
     the built-in runtime runs the suite's scripted agents.
     """
-    from evalkit.eval.runner import run_suite
+    from evalkit.eval.runner import Spending, run_suite
 
     _junit_target(junit_path)
     result = run_suite(suite_path, out, write=write_report_files, spawn=spawn or None,
                        split=split, jobs=jobs, timeout_s=timeout_s, variant=variant,
                        executor=executor, ray_address=ray_address, progress=not quiet,
                        warn=lambda line: click.echo(line, err=True), secrets=secrets,
-                       overwrite=overwrite)
+                       overwrite=overwrite, spending=Spending(pricing, max_tokens, max_cost))
     failing = [v for v in result.report["verdicts"] if not v.get("passed")]
     if failing:
         click.echo(f"failed ({len(failing)}):")
@@ -145,6 +154,7 @@ def run(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
 def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float,
             variant: str | None, executor: str, ray_address: str | None,
             secrets: tuple[str, ...], quiet: bool, overwrite: bool, junit_path: Path | None,
+            pricing: Path | None, max_tokens: int | None, max_cost: float | None,
             spawn: tuple[str, ...], configs: tuple[str, ...], repeat: int,
             rescore: bool) -> None:
     """Run a suite over a configuration matrix with repeats; compare every row with direct.
@@ -153,6 +163,7 @@ def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float
     A row the agent or the manifest cannot honour is skipped with the reason.
     """
     from evalkit.eval import measure as matrix_mod
+    from evalkit.eval.runner import Spending
 
     _junit_target(junit_path)
     written: dict[str, dict[str, Any]] = {}
@@ -162,13 +173,19 @@ def measure(suite_path: Path, out: Path, split: str, jobs: int, timeout_s: float
         written[folder.relative_to(out).as_posix()] = report
 
     if rescore:
-        result = matrix_mod.rescore(suite_path, out, write=write)
+        if max_tokens is not None or max_cost is not None:
+            from evalkit.errors import EvalkitError
+
+            raise EvalkitError("--rescore runs no agent, so --max-tokens and --max-cost "
+                               "would hold nothing; --pricing re-costs the runs")
+        result = matrix_mod.rescore(suite_path, out, write=write, pricing=pricing)
     else:
         result = matrix_mod.measure_suite(
             suite_path, out, write=write, spawn=spawn or None, configs=configs,
             repeat=repeat, jobs=jobs, timeout_s=timeout_s, split=split, variant=variant,
             executor=executor, ray_address=ray_address, progress=not quiet,
-            warn=lambda line: click.echo(line, err=True), secrets=secrets, overwrite=overwrite)
+            warn=lambda line: click.echo(line, err=True), secrets=secrets, overwrite=overwrite,
+            spending=Spending(pricing, max_tokens, max_cost))
     click.echo(matrix_mod.to_markdown(result.matrix), nl=False)
     click.echo(f"matrix: {out / 'matrix.json'}")
     if junit_path is not None:

@@ -56,10 +56,13 @@ def check(suite_path: Path, strict: bool) -> None:
               help="Score an unsigned stream as tampered (for folders sealed whole).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), metavar="FILE",
               help="Also write the verdicts as JUnit XML, for a CI server's test page.")
+@click.option("--pricing", type=click.Path(path_type=Path), metavar="FILE",
+              help="Price every run again from its recorded tokens at this file's prices "
+                   "(the recordings are not changed).")
 def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset: Path | None,
           split: str, as_json: bool, report_dir: Path | None,
           allow_failures: bool, no_verify: bool, trust_files: tuple[Path, ...],
-          require_signed: bool, junit_path: Path | None) -> None:
+          require_signed: bool, junit_path: Path | None, pricing: Path | None) -> None:
     """Verdicts and KPIs for a suite from recorded streams — no model needed.
 
     Every stream is checked against its seal first: one altered after it was
@@ -92,7 +95,8 @@ def score(suite_path: Path, runs: Path | None, mapping: tuple[str, ...], dataset
                                       require_signed=require_signed)
     with collector_paused():
         report = evalkit.score(suite_path, runs=runs, mapping=parse_map(mapping), dataset=dataset,
-                               split=split, verify=not no_verify, checker=checker)
+                               split=split, verify=not no_verify, checker=checker,
+                               pricing=pricing)
         rendered = Rendered(report.all_passed,
                             report.json_parts() if as_json or report_dir else None,
                             [to_markdown(report.to_dict()).encode()]

@@ -47,12 +47,19 @@ from evalkit.eval.harness_files import CAPTURE_FILE, REPORT_FILE, REPORT_MD, RUN
 from evalkit.eval.runner import GOOD, script_variants
 from evalkit.eval.score import score
 from evalkit.eval.suite import SUITE_FILES, Suite, load_suite
+from evalkit.pricing import EXAMPLE
+from evalkit.pricing import load as load_pricing
 from evalkit.store import seal
 from evalkit.store.replace import replace_file
 from evalkit.store.signing import PUBLIC_FILE, Signer, Trust, read_public_key, write_signer
 from evalkit.store.state import HOME_ENV, KEYS
 
 DEFAULT_OUT = "recordings"
+#: The prices the corpus's reports cost its runs at, from the tokens the scripted agents
+#: declare: evalkit's example file (invented prices), so that a report has a cost to show.
+PRICING = EXAMPLE
+#: How the README names it (the repository-relative path).
+PRICING_SHOWN = "evalkit/data/pricing.example.yaml"
 DEFAULT_SUITES = "suites"
 #: Missions at once: two cores, and the stub MCP server costs ~1 s to start per mission.
 DEFAULT_JOBS = 2
@@ -270,7 +277,7 @@ def _record_suite(targets: list[Target], folder: Path, *, root: Path, home: Path
             seal.seal_folder(dest, missions, signer)
             trust = Trust()
             trust.add(signer.public_raw, "the corpus key")
-            report = score(target.suite, runs=dest,
+            report = score(target.suite, runs=dest, pricing=load_pricing(PRICING),
                            checker=seal.Checker(trust, require_signed=True)).to_dict()
             write(report, dest)
             done.append(Recorded(target, dest, report, time.monotonic() - t0))
@@ -361,7 +368,7 @@ def readme(out: Path) -> str:
         suite, variant = report_file.parent.parent.name, report_file.parent.name
         rows.append(f"| `{suite}/{variant}` | {len(verdicts)} | {passed} | "
                     f"{len(verdicts) - passed} | `evalkit score --suite suites/{suite} "
-                    f"--runs recordings/{suite}/{variant}` |")
+                    f"--runs recordings/{suite}/{variant} --pricing {PRICING_SHOWN}` |")
     table = "\n".join(["| recordings | missions | pass | fail | score them |",
                        "|---|---|---|---|---|", *rows])
     return _README.format(title=TITLE, table=table)
@@ -386,6 +393,15 @@ This file is written by `evalkit record-corpus`; edit
 
 Good recordings all pass; every bad one fails for the reason its mission
 exists to catch (the tests assert the reason, not just the bit).
+
+Each scripted reply declares the usage a provider would report (`usage:` in
+the agent's script: a prompt that grows by 250 tokens a turn from 900, and a
+completion of one token per 4 characters of the reply; no tokenizer counted
+them), so the runs record token counts. `report.json` prices them at scoring
+time with `evalkit/data/pricing.example.yaml` (invented prices for the
+scripted agents), which is why each command above names it: the recordings
+themselves carry tokens, never a price, and are never rewritten when prices
+change (docs/MEASURE.md, "Cost").
 
 ```
 recordings/evalkit.pub            the public key every seal below was signed with

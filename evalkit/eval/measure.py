@@ -28,7 +28,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -48,6 +48,7 @@ from evalkit.eval.runner import (
     Job,
     Progress,
     ReportWriter,
+    Spending,
     agent_for,
     agent_identity,
     check_executor,
@@ -66,6 +67,9 @@ from evalkit.eval.runner import (
 from evalkit.eval.score import missions_in
 from evalkit.eval.suite import SPLITS, Mission, Suite
 from evalkit.store.replace import replace_file, replace_files
+
+if TYPE_CHECKING:
+    from evalkit.pricing import Pricing
 
 BASELINE = "direct"
 
@@ -303,8 +307,13 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                   variant: str | None = None, executor: str = "local",
                   ray_address: str | None = None, progress: bool = True,
                   warn: Callable[[str], None] = lambda _: None,
-                  secrets: Sequence[str] = (), overwrite: bool = False) -> MeasureResult:
-    """Run the matrix, score every rep, write ``matrix.json`` and ``matrix.md``."""
+                  secrets: Sequence[str] = (), overwrite: bool = False,
+                  spending: Spending | None = None) -> MeasureResult:
+    """Run the matrix, score every rep, write ``matrix.json`` and ``matrix.md``.
+
+    ``spending``: the prices every run is costed at (and passed to the built-in agent,
+    with its token and cost budgets).
+    """
     suite = gate(suite_path, strict=True)  # a comparison needs a held-out half
     if repeat < 1:
         raise EvalkitError(f"--repeat must be 1 or more, not {repeat}")
@@ -314,6 +323,9 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     rows = select(configs)
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant, secrets)
+    spending = spending or Spending()
+    pricing = spending.check(agent, missions)
+    agent = spending.agent(agent)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
     out = fresh_folder(out, overwrite)
@@ -354,13 +366,15 @@ def measure_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
             warn(f"note: row {plan.row.name!r} skipped: {plan.reason}")
     provenance = _provenance(suite, agent, spawn, repeat=repeat, timeout_s=timeout_s,
                              split=split, jobs=jobs, executor=executor, variant=variant)
+    if pricing is not None or spending.max_tokens is not None or spending.max_cost is not None:
+        provenance["spending"] = spending.describe()
     rows_out = [_row_entry(plan, repeat) for plan in plans]
     for entry in rows_out:
         caveat = grounding_caveat(entry, missions) if entry["status"] == "ran" else None
         if caveat:
             entry["caveat"] = caveat
     matrix = assemble(suite, out, provenance, rows_out, split, write,
-                      {p.row.name: p.captures for p in plans})
+                      {p.row.name: p.captures for p in plans}, pricing)
     return MeasureResult(out, matrix)
 
 
@@ -475,34 +489,40 @@ def _provenance(suite: Suite, agent: Agent, spawn: Sequence[str] | None, **setti
 
 def assemble(suite: Suite, out: Path, provenance: dict[str, Any], rows: list[dict[str, Any]],
              split: str, write: ReportWriter,
-             captures: dict[str, dict[tuple[int, str], dict[str, Any]]] | None = None
-             ) -> dict[str, Any]:
+             captures: dict[str, dict[tuple[int, str], dict[str, Any]]] | None = None,
+             pricing: Pricing | None = None) -> dict[str, Any]:
     """Score every rep of every row that ran, then the statistics; write matrix.json/.md.
 
     ``captures`` are what the harness saw per (rep, key); without them (``--rescore``)
-    each mission's ``command.json`` is read back.
+    each mission's ``command.json`` is read back. ``pricing`` costs every run again from
+    its recorded tokens; without it each run's cost is what its stream recorded.
     """
     missions = missions_in(suite, split)
     outcomes: dict[str, dict[str, dict[str, list[str]]]] = {}
+    costs: dict[str, dict[str, dict[str, list[Any]]]] = {}
     for row in rows:
         if row["status"] != "ran":
             continue
         halves: dict[str, dict[str, list[str]]] = {}
+        spent: dict[str, dict[str, list[Any]]] = {}
         seen = (captures or {}).get(row["name"])
         for n, rep in enumerate(row["reps"], start=1):
             folder = out / rep
             rep_captures = None
             if seen is not None:
                 rep_captures = {m.key: seen.get((n, m.key)) for m in missions}
-            report = score_folder(suite, folder, split, rep_captures)
+            report = score_folder(suite, folder, split, rep_captures, pricing)
             write(report, folder)
             for verdict in report["verdicts"]:
                 halves.setdefault(verdict["split"], {}).setdefault(
                     verdict["key"], []).append(verdict["category"])
+                spent.setdefault(verdict["split"], {}).setdefault(
+                    verdict["key"], []).append((verdict.get("kpis") or {}).get("cost"))
         outcomes[row["name"]] = halves
+        costs[row["name"]] = spent
     matrix = {"format": MATRIX_FORMAT, "version": MATRIX_VERSION, "provenance": provenance,
               "baseline": BASELINE, "rows": rows,
-              "statistics": statistics(outcomes, _halves(missions))}
+              "statistics": statistics(outcomes, _halves(missions), costs)}
     # Together or not at all: a matrix.md beside the matrix.json of another run misleads.
     replace_files([(out / MATRIX_FILE, json_text(matrix)), (out / MATRIX_MD, to_markdown(matrix))])
     return matrix
@@ -513,22 +533,35 @@ def _halves(missions: Sequence[Mission]) -> list[str]:
 
 
 def statistics(outcomes: dict[str, dict[str, dict[str, list[str]]]],
-               halves: Sequence[str]) -> dict[str, Any]:
-    """Per row and half: ``stats.describe_cell``, and ``vs_baseline`` (``stats.compare``)."""
+               halves: Sequence[str],
+               costs: dict[str, dict[str, dict[str, list[Any]]]] | None = None) -> dict[str, Any]:
+    """Per row and half: ``stats.describe_cell``, and ``vs_baseline`` (``stats.compare``);
+    with ``costs`` (row -> half -> mission -> per-repeat cost), ``cost``
+    (``stats.describe_cost``) and ``cost_vs_baseline`` (``stats.compare_cost``), null
+    when no run of the cell was priced."""
     out: dict[str, Any] = {}
     base = outcomes.get(BASELINE, {})
+    base_costs = (costs or {}).get(BASELINE, {})
     for name, by_half in outcomes.items():
         out[name] = {}
+        mine = (costs or {}).get(name, {})
         for half in halves:
             cell = stats.describe_cell(by_half.get(half, {}))
             cell["vs_baseline"] = (None if name == BASELINE
                                    else stats.compare(base.get(half, {}), by_half.get(half, {})))
+            if costs is not None:
+                cell["cost"] = stats.describe_cost(mine.get(half, {}))
+                cell["cost_vs_baseline"] = (
+                    None if name == BASELINE
+                    else stats.compare_cost(base_costs.get(half, {}), mine.get(half, {})))
             out[name][half] = cell
     return out
 
 
-def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter) -> MeasureResult:
-    """Re-derive every rep's report and the statistics from the runs on disk (no agent)."""
+def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter,
+            pricing: Path | None = None) -> MeasureResult:
+    """Re-derive every rep's report and the statistics from the runs on disk (no agent);
+    ``pricing`` costs every run at that file's prices."""
     path = out / MATRIX_FILE
     try:
         matrix = json.loads(path.read_text(encoding="utf-8"))
@@ -539,7 +572,14 @@ def rescore(suite_path: str | Path, out: Path, *, write: ReportWriter) -> Measur
     suite = gradeable(suite_path, refusing="nothing rescored", strict=True)
     provenance = dict(matrix["provenance"])
     provenance["rescored"] = now()
-    result = assemble(suite, out, provenance, matrix["rows"], provenance.get("split", "all"), write)
+    prices = None
+    if pricing is not None:
+        from evalkit.pricing import load
+
+        prices = load(pricing)
+        provenance["spending"] = {**(provenance.get("spending") or {}), "pricing": str(pricing)}
+    result = assemble(suite, out, provenance, matrix["rows"], provenance.get("split", "all"),
+                      write, pricing=prices)
     return MeasureResult(out, result)
 
 
@@ -608,11 +648,42 @@ def to_markdown(matrix: dict[str, Any]) -> str:
                 f"{s['stable_pass']} / {s['stable_fail']} / {s['flaky']} | {versus} | {verdict} |")
         if said:
             lines += ["", *said]
+        lines += _cost_lines(cells)
     lines += ["", "Comparisons pair each mission with itself: its outcome on each side is the "
               "majority of its non-infra repeats; p is the exact McNemar test on the missions "
               "that differ. A row is better or worse only when p < 0.05; suggestive, not "
               "significant when its interval excludes 0 and p is not below 0.05.", ""]
     return "\n".join(lines)
+
+
+def _money(value: Any) -> str:
+    return "—" if value is None else f"{value:.6g}"
+
+
+def _money_span(bounds: Any) -> str:
+    return "" if not bounds else f" [{bounds[0]:.6g}, {bounds[1]:.6g}]"
+
+
+def _cost_lines(cells: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The half's cost table (when any row was priced), and "better but costs more"."""
+    if not any(c.get("cost") for _, c in cells):
+        return []
+    lines = ["", "| row | mean cost per mission [bootstrap 95%] | runs without a cost | "
+             "vs baseline: cost delta per mission [95%] |", "|---|---|---|---|"]
+    said = []
+    for name, c in cells:
+        cost, vs = c.get("cost") or {}, c.get("cost_vs_baseline")
+        versus = "baseline" if c.get("vs_baseline") is None else (
+            "—" if not vs else f"{vs['delta']:+.6g}{_money_span(vs.get('interval'))}")
+        lines.append(f"| {name} | {_money(cost.get('mean'))}{_money_span(cost.get('bootstrap'))}"
+                     f" | {cost.get('unknown', '—')} | {versus} |")
+        pass_vs = c.get("vs_baseline")
+        if pass_vs is not None:
+            both = stats.quality_and_cost(stats.settle(pass_vs["verdict"], pass_vs["interval"]),
+                                          vs)
+            if both:
+                said.append(f"- **{name}**: {both}")
+    return lines + (["", *said] if said else [])
 
 
 __all__ = ["BASELINE", "DEEP_TIERS", "MATRIX", "ROWS", "MeasureResult", "Row", "assemble",

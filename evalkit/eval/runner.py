@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TextIO
 
 from evalkit.errors import EvalkitError
 from evalkit.eval import staging, taxonomy
@@ -78,6 +78,9 @@ from evalkit.store.layout import EVENTS_FILE, MANIFEST_FILE
 from evalkit.store.replace import replace_file
 from evalkit.store.seal import Checker, seal_folder, seal_mission, signer_or_none
 from evalkit.store.sink import EVENTS_ENV
+
+if TYPE_CHECKING:
+    from evalkit.pricing import Pricing
 
 EXECUTORS = ("local", "ray")
 DEFAULT_TIMEOUT_S = 600.0
@@ -826,12 +829,20 @@ def make_jobs(suite: Suite, missions: Sequence[Mission], agent: Agent, out: Path
             skipped[m.key] = f"no scripted agent {stem}.yaml in {agent.scripts}"
             continue
         jobs.append(Job(key=m.key, objective=m.prompt, spawn=anchored(argv, Path(cwd)),
-                        flags=(*flags, *m.flags),
+                        flags=(*flags, *(check_flags(m) if agent.builtin else ()), *m.flags),
                         out=str((out / m.key).resolve()), timeout_s=timeout_s, cwd=cwd,
                         stage=str(fixtures.resolve()) if fixtures is not None else None,
                         stage_only=only.get(m.key), env=tuple(sorted((env or {}).items())),
                         secrets=agent.secrets(), label=f"{label}{m.key}"))
     return jobs, skipped
+
+
+def check_flags(m: Mission) -> tuple[str, ...]:
+    """The flags the checks a mission sets ask the built-in agent for (its budgets)."""
+    from evalkit.eval.checks import configured
+
+    return tuple(flag for check in configured(m.settings) if check.spawn_flags is not None
+                 for flag in check.spawn_flags(m))
 
 
 # -- provenance and the gate ------------------------------------------------------------------
@@ -943,12 +954,13 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def score_folder(suite: Suite, folder: Path, split: str,
-                 captures: dict[str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
+                 captures: dict[str, dict[str, Any] | None] | None = None,
+                 pricing: Pricing | None = None) -> dict[str, Any]:
     """Score the mission folders under ``folder`` and annotate the taxonomy.
 
     With ``captures`` (the missions just ran) the folder is sealed first and every
     stream must carry a seal; without them (a rescore) streams are checked as ``score``
-    checks them.
+    checks them. ``pricing`` prices every run from its recorded tokens.
     """
     sealed = False
     if captures is not None:
@@ -959,7 +971,7 @@ def score_folder(suite: Suite, folder: Path, split: str,
             sealed = True
         judge_folder(suite, folder, split)
     checker = Checker.for_scoring([folder], require_signed=sealed)
-    report = score(suite, runs=folder, split=split, checker=checker).to_dict()
+    report = score(suite, runs=folder, split=split, checker=checker, pricing=pricing).to_dict()
     return taxonomy.annotate(report, folder, captures)
 
 
@@ -973,6 +985,57 @@ def judge_folder(suite: Suite, folder: Path, split: str) -> None:
     subprocess.run([sys.executable, "-m", "evalkit.cli", "judge", str(folder.resolve()),
                     "--suite", str(suite.path), "--split", split],
                    stdin=subprocess.DEVNULL, capture_output=True, check=False)
+
+
+@dataclass(frozen=True)
+class Spending:
+    """What ``--pricing``, ``--max-tokens`` and ``--max-cost`` ask of a run or measure: the
+    built-in agent is spawned with them, and every run is priced at the file's prices."""
+
+    pricing: Path | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+
+    def check(self, agent: Agent, missions: Sequence[Mission] = ()) -> Pricing | None:
+        """The loaded prices; refuses budgets it cannot pass on, one sentence each (a
+        mission's own ``max_cost`` too: the built-in agent could not start without prices)."""
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise EvalkitError("--max-tokens must be 1 or more")
+        if self.max_cost is not None and not self.max_cost > 0:
+            raise EvalkitError("--max-cost must be an amount more than 0")
+        budgets = self.max_tokens is not None or self.max_cost is not None
+        if budgets and not agent.builtin:
+            raise EvalkitError("--max-tokens and --max-cost are passed to the built-in agent; "
+                               "put your agent's own budget flags on its spawn line")
+        if self.max_cost is not None and self.pricing is None:
+            raise EvalkitError("--max-cost needs prices: give --pricing FILE")
+        dear = next((m.key for m in missions if m.max_cost is not None), None)
+        if dear is not None and agent.builtin and self.pricing is None \
+                and not os.environ.get("EVALKIT_PRICING"):
+            raise EvalkitError(f"mission {dear!r} sets max_cost, which the built-in agent can "
+                               "hold only with prices: give --pricing FILE")
+        if self.pricing is None:
+            return None
+        from evalkit.pricing import load
+
+        return load(self.pricing)
+
+    def agent(self, agent: Agent) -> Agent:
+        """The built-in agent told the prices and budgets (a spawn line is left as it is)."""
+        if not agent.builtin:
+            return agent
+        extra = list(agent.extra)
+        if self.pricing is not None:
+            extra += ["--pricing", str(Path(self.pricing).resolve())]
+        if self.max_tokens is not None:
+            extra += ["--max-tokens", str(self.max_tokens)]
+        if self.max_cost is not None:
+            extra += ["--max-cost", repr(float(self.max_cost))]
+        return replace(agent, extra=tuple(extra))
+
+    def describe(self) -> dict[str, Any]:
+        return {"pricing": str(self.pricing) if self.pricing is not None else None,
+                "max_tokens": self.max_tokens, "max_cost": self.max_cost}
 
 
 # -- run --------------------------------------------------------------------------------------
@@ -990,7 +1053,8 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
               split: str = "all", jobs: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S,
               variant: str | None = None, executor: str = "local", ray_address: str | None = None,
               progress: bool = True, warn: Callable[[str], None] = lambda _: None,
-              secrets: Sequence[str] = (), overwrite: bool = False) -> RunResult:
+              secrets: Sequence[str] = (), overwrite: bool = False,
+              spending: Spending | None = None) -> RunResult:
     """Check, spawn every mission, score, and write the folder ``evalkit run`` promises.
 
     A suite's fixtures are staged per mission and its server (``serve:``) runs for the
@@ -1002,6 +1066,9 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
     check_executor(executor)
     missions = missions_in(suite, split)
     agent = agent_for(suite, spawn, variant, secrets)
+    spending = spending or Spending()
+    pricing = spending.check(agent, missions)
+    agent = spending.agent(agent)
     staging.fixture_plan(suite, missions)  # refused before --out is made
     staging.serve_spec(suite)
     out = fresh_folder(out, overwrite)
@@ -1036,7 +1103,8 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
                     redone = execute(again, workers=jobs, executor=executor, progress=shown,
                                      ray_address=ray_address)
                     captures.update((j.key, c) for j, c in zip(again, redone, strict=True))
-    report = score_folder(suite, out, split, {m.key: captures.get(m.key) for m in missions})
+    report = score_folder(suite, out, split, {m.key: captures.get(m.key) for m in missions},
+                          pricing)
     write(report, out)
     provider, model, endpoint = agent_identity(agent, spawn, variant)
     provenance = {
@@ -1048,6 +1116,8 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
         "executor": executor, "timeout": timeout_s, "split": split,
         "missions": [m.key for m in missions], "not_run": skipped,
         "notes": list(agent.notes)}
+    if pricing is not None or spending.max_tokens is not None or spending.max_cost is not None:
+        provenance["spending"] = spending.describe()
     if served.url is not None:
         provenance["served"] = served.url
     write_json(out / RUN_FILE, provenance)
@@ -1055,6 +1125,7 @@ def run_suite(suite_path: str | Path, out: Path, *, write: ReportWriter,
 
 
 __all__ = ["Agent", "DEFAULT_TIMEOUT_S", "EXECUTORS", "Job", "Progress", "ReportWriter",
-           "RunResult", "Steer", "agent_for", "command_line", "execute", "executor_session", "gate",
+           "RunResult", "Spending", "Steer", "agent_for", "command_line", "execute",
+           "executor_session", "gate",
            "make_jobs", "refusal", "run_mission", "run_suite", "secret_values", "stop_all",
            "strip_url", "withhold"]

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalkit import parallel
 from evalkit.errors import EvalkitError
@@ -38,6 +38,9 @@ from evalkit.store.layout import as_text, no_stream, resolve_events
 from evalkit.store.reader import file_bytes, parse_bytes
 from evalkit.store.replace import Part
 from evalkit.store.seal import Checker
+
+if TYPE_CHECKING:
+    from evalkit.pricing import Pricing
 
 #: Missions judged as one share: enough that handing a share to a process and its
 #: result back costs little beside judging it, few enough that what a share builds
@@ -144,7 +147,7 @@ def missions_in(suite: Suite, split: str) -> list[Mission]:
 def score(suite: Suite, *, runs: str | Path | None = None,
           mapping: Mapping[str, str | Path] | None = None, dataset: str | Path | None = None,
           split: str = "all", verify: bool = True, checker: Checker | None = None,
-          workers: int | None = None) -> ScoreReport:
+          workers: int | None = None, pricing: Pricing | None = None) -> ScoreReport:
     """Verdicts for every mission of ``suite`` in ``split`` from recorded streams: those
     under ``runs`` (``runs/<key>``) and at ``mapping``'s paths, or those in ``dataset``.
 
@@ -152,10 +155,15 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     is False; ``checker`` says which keys are trusted and whether unsigned streams are
     refused (default: ``Checker.for_scoring`` of the runs folder or the mapped paths).
     ``workers``: processes to judge with (default: one per core, for a large suite).
+    ``pricing``: price every run again from its recorded tokens (``evalkit.eval.repricing``);
+    None keeps the cost each stream recorded.
     """
     if dataset is not None and (runs is not None or mapping):
         raise EvalkitError("score from --dataset or from --runs/--map, not both: a dataset "
                            "holds the runs it was ingested from, and nothing would be mixed in")
+    if dataset is not None and pricing is not None:
+        raise EvalkitError("--pricing prices runs from their recordings; score them with "
+                           "--runs or --map (a dataset keeps no run's model)")
     missions = missions_in(suite, split)
     source: _Runs | _Dataset
     if dataset is not None:
@@ -170,7 +178,7 @@ def score(suite: Suite, *, runs: str | Path | None = None,
             checker = Checker.for_scoring(beside(runs_path, mapping))
         if verify and checker is not None and runs_path is not None:
             checker.warm(runs_path)  # before any fork: the workers inherit what it read
-        source = _Runs(runs_path, mapping, checker if verify else None)
+        source = _Runs(runs_path, mapping, checker if verify else None, pricing)
     if workers is None:
         workers = parallel.workers_for(len(missions), PER_WORKER)
     spans = [(start, min(start + SHARE, len(missions)))
@@ -207,15 +215,16 @@ class _Runs:
     against its seal and folded where its share finds it."""
 
     def __init__(self, runs: Path | None, mapping: Mapping[str, str | Path],
-                 checker: Checker | None) -> None:
+                 checker: Checker | None, pricing: Pricing | None = None) -> None:
         self.runs, self.mapping, self.checker = runs, mapping, checker
+        self.pricing = pricing
         self.where = (f"has a run under {runs}" if runs is not None
                       else "has a run at its --map path")
 
     def verdict(self, m: Mission) -> tuple[Verdict, bool]:
         """The mission's verdict, and whether anything was where its run would be."""
         loc = self.locate(m.key)
-        return judged(m, loc, fold(loc, self.checker)), loc.there
+        return judged(m, loc, fold(loc, self.checker, self.pricing)), loc.there
 
     def locate(self, key: str) -> Located:
         """Where the mission's stream is: its ``--map`` entry first, then ``runs/<key>``."""
@@ -253,11 +262,13 @@ def _relative_posix(path: Path, base: Path) -> str:
     return path.relative_to(base).as_posix()
 
 
-def fold(loc: Located, checker: Checker | None = None) -> RunSummary | Altered | str | None:
+def fold(loc: Located, checker: Checker | None = None,
+         pricing: Pricing | None = None) -> RunSummary | Altered | str | None:
     """The summary of a located stream, why it has none, or None when there is no stream.
 
     With a ``checker``, the bytes read are first checked against the stream's seal, and
-    a stream altered after it was closed is never folded as if it were the run.
+    a stream altered after it was closed is never folded as if it were the run. With
+    ``pricing``, the summary's cost is the run priced again from its recorded tokens.
     """
     if loc.events is None:
         return None
@@ -280,6 +291,10 @@ def fold(loc: Located, checker: Checker | None = None) -> RunSummary | Altered |
         return judged
     if judged:
         summary.judgments = judged
+    if pricing is not None:
+        from evalkit.eval.repricing import reprice
+
+        summary.cost = reprice(read.records, loc.events, summary.run_id, pricing)
     return summary
 
 

@@ -340,3 +340,103 @@ def compare(baseline: Mapping[str, Sequence[str]], row: Mapping[str, Sequence[st
         "row_rate": _r(sum(row_votes) / len(row_votes)) if row_votes else None,
     })
     return result
+
+
+# -- cost ------------------------------------------------------------------------------------
+#
+# A row's cost is compared the way its quality is: the mission is the unit. Each mission's
+# cost is the mean over its priced repeats; a row's cost is the mean of those over missions,
+# with a percentile bootstrap that resamples missions; and a row is set against the baseline
+# mission by mission (paired), so that a row that happened to draw the expensive missions is
+# not called dear. A run with no cost (unpriced, no tokens reported, missing) is left out and
+# counted, never taken as 0.
+
+
+def _cost_per_mission(costs: Mapping[str, Sequence[float | None]]) -> dict[str, float]:
+    """Mission key -> its mean cost over the repeats that have one (missions with none out)."""
+    out: dict[str, float] = {}
+    for key, values in costs.items():
+        known = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if known:
+            out[key] = math.fsum(known) / len(known)
+    return out
+
+
+def bootstrap_mean(values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES,
+                   seed: int = BOOTSTRAP_SEED, level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of a mean over missions (one value per mission), seeded."""
+    if not values:
+        return None
+    rng = random.Random(seed)
+    m = len(values)
+    means = sorted(math.fsum(values[rng.randrange(m)] for _ in range(m)) / m
+                   for _ in range(resamples))
+    return (means[math.floor((1 - level) / 2 * resamples)],
+            means[math.ceil((1 + level) / 2 * resamples) - 1])
+
+
+def _money(value: float | None) -> float | None:
+    return None if value is None else round(value, 8)
+
+
+def describe_cost(costs: Mapping[str, Sequence[float | None]]) -> dict[str, object] | None:
+    """Mean cost per mission of one row and half, with its 95% bootstrap over missions.
+
+    ``costs`` maps each mission key to its per-repeat costs (None: unknown). None when no
+    run of the cell has a cost (an unpriced measure says nothing about cost).
+    """
+    per_mission = _cost_per_mission(costs)
+    if not per_mission:
+        return None
+    values = list(per_mission.values())
+    low_high = bootstrap_mean(values)
+    runs = sum(len(v) for v in costs.values())
+    priced = sum(1 for v in costs.values() for c in v
+                 if isinstance(c, (int, float)) and not isinstance(c, bool))
+    return {"mean": _money(math.fsum(values) / len(values)),
+            "bootstrap": None if low_high is None else [_money(low_high[0]), _money(low_high[1])],
+            "missions": len(values), "runs": runs, "unknown": runs - priced}
+
+
+def compare_cost(baseline: Mapping[str, Sequence[float | None]],
+                 row: Mapping[str, Sequence[float | None]]) -> dict[str, object] | None:
+    """The row's cost minus the baseline's, paired by mission, with a 95% bootstrap interval.
+
+    Each mission with a cost on both sides is one pair (its mean over priced repeats on
+    each side); the delta is the mean of the pairs' differences, and the interval
+    resamples the pairs. Missions without a cost on a side are listed under ``excluded``.
+    None when no mission can be paired.
+    """
+    base, mine = _cost_per_mission(baseline), _cost_per_mission(row)
+    keys = [k for k in baseline if k in base and k in mine]
+    if not keys:
+        return None
+    diffs = [mine[k] - base[k] for k in keys]
+    low_high = bootstrap_mean(diffs)
+    return {"pairing": "mission-mean", "missions": len(keys),
+            "delta": _money(math.fsum(diffs) / len(diffs)),
+            "interval": None if low_high is None else [_money(low_high[0]), _money(low_high[1])],
+            "excluded": [k for k in {**baseline, **row} if k not in keys]}
+
+
+def quality_and_cost(verdict: str, cost: Mapping[str, object] | None) -> str | None:
+    """One sentence when a row is better but costs more (or worse and cheaper): both said.
+
+    A row's pass-rate verdict alone would recommend it; its price is the other half of
+    the choice. "costs more" when the paired delta is above 0, with whether its
+    interval holds 0 (then the extra cost may be noise).
+    """
+    if cost is None or verdict not in ("better", "worse"):
+        return None
+    delta = cost.get("delta")
+    if not isinstance(delta, (int, float)) or delta == 0:
+        return None
+    dearer = delta > 0
+    if (verdict == "better") != dearer:
+        return None  # better and cheaper, or worse and dearer: one word says it all
+    interval = cost.get("interval")
+    sure = excludes_zero(interval)  # type: ignore[arg-type]
+    how = "costs more" if dearer else "costs less"
+    noise = "" if sure else " (its interval includes 0: the difference in cost may be noise)"
+    return (f"{verdict} on quality, and {how}: {delta:+.6g} per mission against the baseline"
+            f"{noise}.")

@@ -79,8 +79,8 @@ SPLITS: tuple[str, ...] = ("train", "test")
 #: evalkit's own optional top-level keys that hold paths relative to the suite file.
 PATH_KEYS: tuple[str, ...] = ("skill", "agents", "fixtures")
 
-# Field kinds: how a value is checked and stored (a check field's kind is one of the first five).
-_STR, _STRS, _BOOL, _INT, _SETTINGS = checks.KINDS
+# Field kinds: how a value is checked and stored (a check field's kind is one of the first six).
+_STR, _STRS, _BOOL, _INT, _SETTINGS, _NUMBER = checks.KINDS
 #: A mapping of string to string (``fixture_for``: mission key -> fixture name).
 _MAP = "map"
 
@@ -321,6 +321,11 @@ class _Builder:
             what = "its keys must be strings" if isinstance(value, dict) else \
                 f"not {_describe(value)}"
             self.problem(where, name, steps, f"must be a mapping of settings; {what}")
+        elif kind == _NUMBER:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and math.isfinite(value):
+                return True, value
+            self.problem(where, name, steps, f"must be a number, not {_describe(value)}")
         elif kind == _MAP:
             if isinstance(value, dict):
                 ok = True
@@ -516,7 +521,7 @@ def _kind(name: Any, table: dict[str, str]) -> str | None:
 
 
 #: The one type a value of each kind can have to be stored as it is (a bool is no int here).
-_EXACT: dict[str, type] = {_STR: str, _BOOL: bool, _INT: int}
+_EXACT: dict[str, type] = {_STR: str, _BOOL: bool, _INT: int}  # a number goes the long way
 
 
 def _where(raw: dict[Any, Any], index: int) -> str:

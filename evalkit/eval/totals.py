@@ -61,13 +61,19 @@ class Totals:
                  "judged", "not_judged")
 
     #: The means a report shows, and the KPI each is taken over (scored runs that carry it).
-    MEANS = (("mean_steps", "steps"), ("mean_wall_s", "elapsed_s"), ("mean_tokens", "tokens"))
+    MEANS = (("mean_steps", "steps"), ("mean_wall_s", "elapsed_s"), ("mean_tokens", "tokens"),
+             ("mean_cost", "cost"))
+    #: Means shown only when some run carries the KPI: an unpriced report reads as it always
+    #: did, with no column of nulls.
+    WHEN_KNOWN = frozenset({"mean_cost"})
+    #: Decimal places a mean keeps (cost: a fraction of a cent per run is the usual size).
+    PLACES = {"mean_cost": 8}
 
     def __init__(self) -> None:
         self.missions = self.missing = self.passed = self.human = self.rejected = 0
-        self.ints = [0, 0, 0]
-        self.floats: list[array[float]] = [array("d"), array("d"), array("d")]
-        self.counts = [0, 0, 0]
+        self.ints = [0] * len(self.MEANS)
+        self.floats: list[array[float]] = [array("d") for _ in self.MEANS]
+        self.counts = [0] * len(self.MEANS)
         #: Scored missions a model judge grades, and those of them with no judgment recorded
         #: (``evalkit.eval.checks.judge``): shown only where a judge is configured.
         self.judged = self.not_judged = 0
@@ -110,15 +116,16 @@ class Totals:
         n = self.counts[i]
         if not n:
             return None
+        places = self.PLACES.get(self.MEANS[i][0], 3)
         try:
             if not self.floats[i]:
-                return round(self.ints[i] / n, 3)
-            return round(math.fsum([*self.floats[i], self.ints[i]]) / n, 3)
+                return round(self.ints[i] / n, places)
+            return round(math.fsum([*self.floats[i], self.ints[i]]) / n, places)
         except OverflowError:
             # A sum past the largest float (streams may carry any finite number): each
             # value divided first, still exactly summed, so still independent of order.
             parts = [value / n for value in self.floats[i]]
-            return round(math.fsum([*parts, self.ints[i] / n]), 3)
+            return round(math.fsum([*parts, self.ints[i] / n]), places)
 
     def as_dict(self) -> dict[str, Any]:
         n = self.missions
@@ -131,7 +138,8 @@ class Totals:
             "success_rate": round(self.passed / n, 4) if n else None,
         }
         for i, (mean, _) in enumerate(self.MEANS):
-            out[mean] = self._mean(i)
+            if mean not in self.WHEN_KNOWN or self.counts[i]:
+                out[mean] = self._mean(i)
         out["human_interventions"] = self.human
         out["reply_rejected"] = self.rejected
         if self.judged:

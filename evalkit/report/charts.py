@@ -129,9 +129,11 @@ def pass_rates(rows: Sequence[KpiRow], half: str) -> str:
 
 
 def quality_cost(rows: Sequence[KpiRow], half: str) -> str:
-    """Pass rate against mean cost per run (cost when every row has it, else tokens)."""
+    """Pass rate against mean cost (cost when every row has it, else tokens), each row with
+    both its intervals: the pass rate's (vertical) and the cost's bootstrap over missions
+    (horizontal), so a row that looks dearer only by noise shows it."""
     use_cost = all(r.mean_cost is not None for r in rows)
-    unit = "mean cost per run" if use_cost else "mean tokens per run"
+    unit = "mean cost per mission" if use_cost else "mean tokens per run"
     title = f"Quality against cost ({half})"
 
     xs = [x for r in rows if (x := r.mean_cost if use_cost else r.mean_tokens) is not None]
@@ -148,9 +150,11 @@ def quality_cost(rows: Sequence[KpiRow], half: str) -> str:
             if x is None or r.rate is None:
                 continue
             colour = BASE_COLOUR if r.baseline else ROW_COLOUR
-            if r.whiskers is not None:
-                lo, hi = r.whiskers
-                ax.errorbar(x, r.rate, yerr=_whiskers(r.rate, lo, hi), fmt="o",
+            yerr = _whiskers(r.rate, *r.whiskers) if r.whiskers is not None else None
+            xerr = _whiskers(x, *r.cost_interval) \
+                if use_cost and r.cost_interval is not None else None
+            if yerr is not None or xerr is not None:
+                ax.errorbar(x, r.rate, yerr=yerr, xerr=xerr, fmt="o",
                             color=colour, ecolor=colour, capsize=3, ms=7)
             else:
                 ax.plot([x], [r.rate], "o", color=colour, ms=7)
@@ -161,7 +165,9 @@ def quality_cost(rows: Sequence[KpiRow], half: str) -> str:
                         ha="right" if right_half else "left")
         ax.set_ylim(-0.02, 1.05)
         ax.yaxis.set_major_formatter(_percent())
-        ax.set_xlabel(unit + " (lower is cheaper)")
+        ax.set_xlabel(unit + " (lower is cheaper)"
+                      + (", 95% bootstrap over missions" if use_cost and any(
+                          r.cost_interval for r in rows) else ""))
         ax.set_ylabel("runs passed")
         ax.margins(x=0.2)
         ax.set_title(title, loc="left")

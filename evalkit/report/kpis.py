@@ -61,6 +61,8 @@ class KpiRow:
     mean_process_s: float | None = None
     #: What this configuration fails by construction (a row without grounding).
     caveat: str | None = None
+    #: 95% bootstrap over missions of the mean cost per mission (``stats.describe_cost``).
+    cost_interval: tuple[float, float] | None = None
 
     @property
     def whiskers(self) -> tuple[float, float] | None:
@@ -81,6 +83,18 @@ class PairedRow:
     pairing: str
     excluded: list[str]
     source: str
+    #: The paired cost difference per mission against the baseline and its 95% interval
+    #: (``stats.compare_cost``); None when either side was not priced.
+    cost_delta: float | None = None
+    cost_interval: tuple[float, float] | None = None
+
+    @property
+    def quality_and_cost(self) -> str | None:
+        """"better on quality, and costs more …": both halves of the choice, said together."""
+        if self.cost_delta is None:
+            return None
+        return stats.quality_and_cost(self.verdict, {"delta": self.cost_delta,
+                                                     "interval": self.cost_interval})
 
     @property
     def tone(self) -> str:
@@ -130,8 +144,10 @@ def halves(scoring: Scoring, prompts: dict[str, tuple[str, str]] | None = None) 
         if not any(rep for reps in verdicts.values() for rep in reps):
             continue  # a half with no missions at all: nothing to show, nothing to rate
         words = {name: outcome_words(reps) for name, reps in verdicts.items()}
-        cells = {c.name: _cell(scoring, c.name, half, words[c.name]) for c in configs}
-        paired = _paired(scoring, half, words, cells)
+        spent = {name: cost_words(reps) for name, reps in verdicts.items()}
+        cells = {c.name: _cell(scoring, c.name, half, words[c.name], spent[c.name])
+                 for c in configs}
+        paired = _paired(scoring, half, words, cells, spent)
         versus = {p.name: p.verdict for p in paired}
         rows = [_kpi_row(scoring, c, verdicts[c.name], cells[c.name], versus.get(c.name))
                 for c in configs]
@@ -163,16 +179,28 @@ def outcome_words(reps: Sequence[Sequence[dict[str, Any]]]) -> dict[str, list[st
     return out
 
 
+def cost_words(reps: Sequence[Sequence[dict[str, Any]]]) -> dict[str, list[Any]]:
+    """Mission key -> its cost per repeat (None: unknown), ``stats.describe_cost``'s input."""
+    out: dict[str, list[Any]] = {}
+    for rep in reps:
+        for v in rep:
+            out.setdefault(v["key"], []).append((v.get("kpis") or {}).get("cost"))
+    return out
+
+
 # -- statistics: matrix.json's cell when measure wrote it, else evalkit.eval.stats here -------
 
 
-def _cell(scoring: Scoring, config: str, half: str,
-          words: dict[str, list[str]]) -> tuple[dict[str, Any], str]:
+def _cell(scoring: Scoring, config: str, half: str, words: dict[str, list[str]],
+          spent: dict[str, list[Any]]) -> tuple[dict[str, Any], str]:
     # shapes.check_matrix has refused any cell of another shape: absent is the only other case.
     written = (scoring.statistics.get(config) or {}).get(half)
     if written is not None:
+        if "cost" not in written:  # a matrix measured before cost was: priced here
+            written = {**written, "cost": stats.describe_cost(spent)}
         return written, MATRIX_FILE
-    return stats.describe_cell(words), "evalkit.eval.stats"
+    return {**stats.describe_cell(words), "cost": stats.describe_cost(spent)}, \
+        "evalkit.eval.stats"
 
 
 def _pair(value: Any) -> tuple[float, float] | None:
@@ -208,7 +236,10 @@ def _kpi_row(scoring: Scoring, config: Configuration, reps: list[list[dict[str, 
         mean_steps=_mean(k.get("steps") for k in scored),
         mean_calls=_mean(k.get("model_calls") for k in scored),
         mean_tokens=_mean(k.get("tokens") for k in scored),
-        mean_cost=_mean(k.get("cost") for k in scored),
+        mean_cost=_cost_mean(cell) if _cost_mean(cell) is not None
+        else _mean(k.get("cost") for k in scored),
+        cost_interval=_pair((cell.get("cost") or {}).get("bootstrap")
+                            if isinstance(cell.get("cost"), dict) else None),
         mean_wall_s=_mean(k.get("elapsed_s") for k in scored),
         human_interventions=sum(k.get("human_interventions") or 0 for k in scored),
         reply_rejected=sum(k.get("reply_rejected") or 0 for k in scored),
@@ -220,6 +251,12 @@ def _kpi_row(scoring: Scoring, config: Configuration, reps: list[list[dict[str, 
         row.pass_at_k = _number((cell.get("pass_at_k") or {}).get(str(repeat)))
         row.pass_hat_k = _number((cell.get("pass_hat_k") or {}).get(str(repeat)))
     return row
+
+
+def _cost_mean(cell: dict[str, Any]) -> float | None:
+    """The cell's mean cost per mission (``stats.describe_cost``), when it has one."""
+    cost = cell.get("cost")
+    return _number(cost.get("mean")) if isinstance(cost, dict) else None
 
 
 def _process_seconds(config: Configuration) -> list[Any]:
@@ -242,7 +279,8 @@ def _mean(values: Iterable[Any]) -> float | None:
 
 
 def _paired(scoring: Scoring, half: str, words: dict[str, dict[str, list[str]]],
-            cells: dict[str, tuple[dict[str, Any], str]]) -> list[PairedRow]:
+            cells: dict[str, tuple[dict[str, Any], str]],
+            spent: dict[str, dict[str, list[Any]]]) -> list[PairedRow]:
     base = scoring.baseline
     if base is None or base not in words or len(words) < 2:
         return []
@@ -254,6 +292,9 @@ def _paired(scoring: Scoring, half: str, words: dict[str, dict[str, list[str]]],
         found = cell.get("vs_baseline") if source == MATRIX_FILE else None
         if not isinstance(found, dict):
             found, source = stats.compare(words[base], words[config.name]), "evalkit.eval.stats"
+        cost = cell.get("cost_vs_baseline") if "cost_vs_baseline" in cell else \
+            stats.compare_cost(spent[base], spent[config.name])
+        cost = cost if isinstance(cost, dict) else {}
         # stats.compare's shape, checked by shapes.check_matrix when matrix.json wrote it.
         out.append(PairedRow(
             scoring.name_of(config), int(found["missions"]), int(found["baseline_only"]),
@@ -262,7 +303,8 @@ def _paired(scoring: Scoring, half: str, words: dict[str, dict[str, list[str]]],
             float(found["p_value"]),
             stats.settle(str(found["verdict"]), _pair(found.get("interval"))),
             str(found.get("pairing") or "paired by mission"),
-            [str(k) for k in found.get("excluded") or ()], source))
+            [str(k) for k in found.get("excluded") or ()], source,
+            cost_delta=_number(cost.get("delta")), cost_interval=_pair(cost.get("interval"))))
     return out
 
 

@@ -49,6 +49,17 @@ def to_json_bytes(report: dict[str, Any]) -> bytes:
     return joined(json_parts(head, [encode_verdicts(report.get("verdicts", []))]))
 
 
+def _tokens(kpis: dict[str, Any]) -> str:
+    """The tokens cell, and the run's cost beside them when it was priced (a cost column
+    of dashes in every unpriced report would say nothing)."""
+    cost = kpis.get("cost")
+    return _cell(kpis["tokens"]) if cost is None else f"{_cell(kpis['tokens'])} (cost {cost:g})"
+
+
+def _mean_cost(totals: dict[str, Any]) -> str:
+    return "" if totals.get("mean_cost") is None else f", mean cost {totals['mean_cost']:g}"
+
+
 def _cell(value: Any) -> str:
     kind = type(value)  # the two kinds most cells hold, first
     if kind is str:
@@ -141,7 +152,7 @@ def render_verdicts(verdicts: list[dict[str, Any]], halves: Any) -> tuple[HalfLi
         word = "MISSING" if v["missing"] else ("pass" if v["passed"] else (
             "TAMPERED" if "tampered" in (v.get("checks") or ()) else "FAIL"))
         rows[half].append(f"| {_cell(v['key'])} | {v['flag']} | {word} | {_cell(k['outcome'])} | "
-                          f"{_cell(k['steps'])} | {_cell(k['tool_calls'])} | {_cell(k['tokens'])} | "
+                          f"{_cell(k['steps'])} | {_cell(k['tool_calls'])} | {_tokens(k)} | "
                           f"{_cell(k['grounded'])} |")
         if not v["passed"]:
             failures[half].append(f"- **{v['key']}** ({v['flag']})")
@@ -184,7 +195,8 @@ def markdown_parts(report: dict[str, Any], rows: dict[str, list[Part]],
         t = data["totals"]
         lines += [f"## {half}", "",
                   f"{_rate(t)}; {t['missing']} missing; mean steps {_cell(t['mean_steps'])}, "
-                  f"mean wall {_cell(t['mean_wall_s'])} s, mean tokens {_cell(t['mean_tokens'])}; "
+                  f"mean wall {_cell(t['mean_wall_s'])} s, mean tokens {_cell(t['mean_tokens'])}"
+                  f"{_mean_cost(t)}; "
                   f"human interventions {t['human_interventions']}, "
                   f"rejected replies {t['reply_rejected']}{_judged(t)}", ""]
         lines += ["| mission | flag | verdict | outcome | steps | tool calls | tokens | grounded |",

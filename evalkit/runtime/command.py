@@ -74,6 +74,9 @@ def _opt(flag: str, **kwargs: Any) -> Any:
 @_opt("--gate-wait", metavar="SECONDS", type=float)
 @_opt("--mission-steps", metavar="N", type=int, default=0)
 @_opt("--mission-seconds", metavar="S", type=float)
+@_opt("--max-tokens", metavar="N", type=int)
+@_opt("--max-cost", metavar="AMOUNT", type=float)
+@_opt("--pricing", metavar="FILE", envvar="EVALKIT_PRICING")
 @_opt("--request-timeout", metavar="SECONDS", type=float, envvar="EVALKIT_REQUEST_TIMEOUT")
 @_opt("--stream-idle-timeout", metavar="SECONDS", type=float,
       envvar="EVALKIT_STREAM_IDLE_TIMEOUT")
@@ -151,7 +154,9 @@ def _settings(objective: tuple[str, ...], flags: dict[str, Any]) -> Any:
         request_timeout=flags["request_timeout"],
         stream_idle_timeout=flags["stream_idle_timeout"],
         steps=flags["mission_steps"],
-        seconds=flags["mission_seconds"], profile=flags["profile"], sandbox=sandbox,
+        seconds=flags["mission_seconds"], max_tokens=flags["max_tokens"],
+        max_cost=flags["max_cost"], pricing=flags["pricing"],
+        profile=flags["profile"], sandbox=sandbox,
         skills=tuple(flags["skill"]), grants=tuple(flags["grant"]),
         gate_tools=tuple(flags["gate_tool"]), approval=flags["approval"],
         gate_wait=flags["gate_wait"], control=flags["control"],

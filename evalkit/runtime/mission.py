@@ -55,6 +55,11 @@ class MissionSettings:
     stream_idle_timeout: float | None = None
     steps: int = 0
     seconds: float | None = None
+    #: Token and cost budgets over every model call (``evalkit.runtime.budgets``); None: none.
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    #: A pricing file (``evalkit.pricing``); None: ``EVALKIT_PRICING``, else unpriced.
+    pricing: str | None = None
     profile: str | None = None
     #: "bwrap", "none", or None for "bwrap when it is installed".
     sandbox: str | None = None
@@ -139,6 +144,10 @@ def check(settings: MissionSettings) -> None:
         raise EvalkitError("--mission-steps must be 0 (no ceiling) or more")
     if settings.seconds is not None and settings.seconds <= 0:
         raise EvalkitError("--mission-seconds must be more than 0")
+    if settings.max_tokens is not None and settings.max_tokens < 1:
+        raise EvalkitError("--max-tokens must be 1 or more")
+    if settings.max_cost is not None and not settings.max_cost > 0:
+        raise EvalkitError("--max-cost must be an amount more than 0")
     for flag, value in (("--request-timeout", settings.request_timeout),
                         ("--stream-idle-timeout", settings.stream_idle_timeout),
                         ("--mcp-start-timeout", settings.mcp_start_timeout),
@@ -238,6 +247,7 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
         cassette=settings.cassette, record_mode=settings.record_mode,
         request_timeout_s=settings.request_timeout, idle_timeout_s=settings.stream_idle_timeout)
     model = door.model(live) if door.model is not None else live
+    pricing = _pricing(settings, env, model)
     sandbox = _sandbox(settings.sandbox, governed) if door.plane is None else None
     sandbox_name = door.sandbox or sandbox.name
     results = ResultStore()
@@ -276,7 +286,9 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
                        "server(s) yet; admitted if registered mid-run")
             kind, staging = (Run, {}) if not settings.swarm else _swarm(settings)
             run = kind(model, plane, bounds=Bounds(steps=settings.steps, seconds=settings.seconds,
+                                           tokens=settings.max_tokens, cost=settings.max_cost,
                                            supervisor=settings.supervisor),
+                       pricing=pricing,
                        store=store, sink=sink, protocol=settings.protocol, observer=observer,
                        results=results, meta={"flags": settings.recorded_flags(), **door.meta},
                        sandbox=sandbox_name, cancel_token=token, governor=governor,
@@ -297,6 +309,29 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     return Launched(outcome=outcome, sink_errors=sink.errors if sink else 0,
                     recorded=store is not None,
                     notes=door.closing() if door.closing is not None else {})
+
+
+def _pricing(settings: MissionSettings, env: Mapping[str, str], model: Any) -> Any:
+    """The run's prices (``--pricing``, else ``EVALKIT_PRICING``), or None: unpriced.
+
+    A cost budget needs a price for the model the run talks to: without one the
+    run's cost could never be known, so the budget could never be held.
+    """
+    from evalkit.pricing import PRICING_ENV, load
+    from evalkit.runtime.budgets import priced_as
+
+    named = settings.pricing or env.get(PRICING_ENV) or None
+    if named is None:
+        if settings.max_cost is not None:
+            raise EvalkitError("--max-cost needs prices: give --pricing FILE (or set "
+                               f"{PRICING_ENV})")
+        return None
+    pricing = load(named)
+    provider, name = priced_as(model)
+    if settings.max_cost is not None and pricing.price(provider, name) is None:
+        raise EvalkitError(f"--max-cost cannot be held: {named} has no price for "
+                           f"{provider}/{name}, so the run's cost would be unknown")
+    return pricing
 
 
 def _mcp_options(settings: MissionSettings, manifest: Manifest | None,

@@ -12,6 +12,10 @@ Replays run in worker processes (``jobs``), each replaying many runs in
 process: nothing is spawned per run. Runs whose replay drifted, ran off the
 end of its recording or could not be replayed are listed in
 ``OUT/regrade.json`` and handed back, never dropped.
+
+With a pricing file (``--pricing``) every replayed call is priced from the
+tokens its recording reported, so the replays (and ``score --runs OUT``) carry
+what the runs cost at today's prices; the recordings under ``DIR`` are only read.
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ def check_skills(skills: Sequence[str]) -> None:
     load_all(skills)
 
 
-def replay_one(source: str, store: str, skills: Sequence[str]) -> dict[str, Any]:
+def replay_one(source: str, store: str, skills: Sequence[str],
+               pricing: str | None = None) -> dict[str, Any]:
     """Replay one run into ``store`` (in this process); a row of the regrade report."""
     from evalkit.runtime.mission import MissionSettings, launch
     from evalkit.runtime.replay.recording import read_lines
@@ -89,7 +94,8 @@ def replay_one(source: str, store: str, skills: Sequence[str]) -> dict[str, Any]
             if finished else None
     env = {**os.environ, layout.RUNS_ENV: store}
     try:
-        launched = launch(MissionSettings(objective="", replay=source, skills=tuple(skills)),
+        launched = launch(MissionSettings(objective="", replay=source, skills=tuple(skills),
+                                          pricing=pricing),
                           environ=env, durable=False)  # re-creatable: no fsync per line
     except EvalkitError as exc:
         row["error"] = exc.message
@@ -102,18 +108,25 @@ def replay_one(source: str, store: str, skills: Sequence[str]) -> dict[str, Any]
     row.update(replay=str(Path(store) / outcome.run_id) if outcome.run_id else None,
                outcome_after=outcome.outcome, drift=(notes.get("drift") or {}).get("first"),
                ran_off_end=notes.get("ran_off_end"))
+    if pricing is not None:
+        row["cost"] = outcome.usage.get("cost")
     if outcome.error:
         row["error"] = f"the loop crashed: {outcome.reason}"
     return row
 
 
-def _task(skills: tuple[str, ...], item: tuple[str, str]) -> dict[str, Any]:
-    return replay_one(*item, skills)
+def _task(shared: tuple[tuple[str, ...], str | None], item: tuple[str, str]) -> dict[str, Any]:
+    skills, pricing = shared
+    return replay_one(*item, skills, pricing)
 
 
 def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | None = None,
-            on_done: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Replay every run under ``source`` into ``out``; writes and returns the report."""
+            on_done: Callable[[dict[str, Any]], None] | None = None,
+            pricing: str | Path | None = None) -> dict[str, Any]:
+    """Replay every run under ``source`` into ``out``; writes and returns the report.
+
+    ``pricing``: a pricing file every replayed call is priced at (each row then says the
+    run's ``cost``)."""
     source, out = Path(source), Path(out)
     if not source.is_dir():
         raise EvalkitError(f"{source} is not a folder of runs")
@@ -124,6 +137,11 @@ def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | 
     if out.exists() and any(out.iterdir()):
         raise EvalkitError(f"--out {out} is not empty: give a new or empty folder")
     check_skills(skills)
+    if pricing is not None:
+        from evalkit.pricing import load
+
+        load(pricing)  # a bad file is one sentence here, not one per run
+        pricing = str(Path(pricing).resolve())
     runs = find_runs(source)
     if not runs:
         raise EvalkitError(f"no run directories under {source} (none holds events.jsonl "
@@ -135,7 +153,7 @@ def regrade(source: Path, out: Path, *, skills: Sequence[str] = (), jobs: int | 
     workers = max(1, min(jobs or parallel.cores(), len(tasks)))
     started = time.monotonic()
     rows = []
-    for row in parallel.ordered(_task, tasks, shared=tuple(skills), workers=workers,
+    for row in parallel.ordered(_task, tasks, shared=(tuple(skills), pricing), workers=workers,
                                    cycles=True):
         rows.append(row)
         if on_done is not None:

@@ -34,16 +34,18 @@ from evalkit.errors import RecordingFailed
 from evalkit.runtime import control as control_words
 from evalkit.runtime import prompts
 from evalkit.runtime.backends import ModelBackend, Reply, ScriptExhausted
+from evalkit.runtime.budgets import Spend, priced_as
 from evalkit.runtime.cancel import Cancelled, CancelToken
 from evalkit.runtime.governance import Governor
 from evalkit.runtime.inflight import OutOfTime, within
 from evalkit.runtime.protocol import Answer, Call, Protocol, Rejection, make_protocol
-from evalkit.runtime.usage import UsageLedger
+from evalkit.runtime.usage import UsageLedger, counters
 from evalkit.runtime.waits import ModelUnavailable, WaitPolicy, call_with_waits
 from evalkit.store.runstore import now_iso
 
 if TYPE_CHECKING:
     from evalkit.grounding import Grammar
+    from evalkit.pricing import Pricing
     from evalkit.runtime.control import ControlChannel
     from evalkit.runtime.governance.governor import Verdict
     from evalkit.runtime.resume import ResumePoint
@@ -64,6 +66,10 @@ class Bounds:
     steps: int = 0
     #: Wall-clock ceiling in seconds; None = none.
     seconds: float | None = None
+    #: Token and cost ceilings over every model call of the run (``evalkit.runtime.budgets``);
+    #: None = none. A cost ceiling needs the run's ``pricing``.
+    tokens: int | None = None
+    cost: float | None = None
     #: How long to wait out an endpoint that makes a call wait.
     waits: WaitPolicy = field(default_factory=WaitPolicy)
     #: Characters of one tool result the model sees (the rest via ``mission_result``).
@@ -175,8 +181,11 @@ class Run:
                  cancel_token: CancelToken | None = None, governor: Governor | None = None,
                  control: ControlChannel | None = None,
                  grounding: Grammar | None = None, resume: ResumePoint | None = None,
-                 closing_meta: Callable[[], dict[str, Any]] | None = None) -> None:
+                 closing_meta: Callable[[], dict[str, Any]] | None = None,
+                 pricing: Pricing | None = None) -> None:
         self.model, self.plane, self.store, self.sink = model, plane, store, sink
+        #: Prices each model call (``cost`` on its usage and the run's totals); None: unpriced.
+        self.pricing = pricing
         self.bounds = bounds or Bounds()
         self.protocol = make_protocol(protocol) if isinstance(protocol, str) else protocol
         self.observer = observer
@@ -212,6 +221,9 @@ class Run:
 
         self._t0 = time.monotonic()
         self._counter, self._usage, self._started = StepCounter(), UsageLedger(), False
+        self._usage.priced = self.pricing is not None
+        self._spend = Spend(self.bounds.tokens, self.bounds.cost, self.pricing,
+                            priced_as(self.model))
         self._usage_lock = threading.Lock()
         self._catalogue: list[dict[str, Any]] = []
         self._supervisor, self._grounding = _watchers(self.bounds.supervisor, self.grounding)
@@ -281,7 +293,11 @@ class Run:
         return {"objective": objective, "protocol": self.protocol.name,
                 "provider": getattr(self.model, "provider", None),
                 "model": getattr(self.model, "model", None),
-                "max_steps": self.bounds.steps, "max_seconds": self.bounds.seconds, **self.meta}
+                "max_steps": self.bounds.steps, "max_seconds": self.bounds.seconds,
+                **_with({}, max_tokens=self.bounds.tokens, max_cost=self.bounds.cost,
+                        pricing=self.pricing.describe() if self.pricing else None,
+                        priced_as=_priced_apart(self.model)),
+                **self.meta}
 
     def _start(self, objective: str) -> None:
         self._audit_ref = self.governor.begin(
@@ -302,6 +318,7 @@ class Run:
         """A resumed run: the conversation, steps and usage so far, as recorded."""
         self._messages += point.messages
         self._counter.taken, self._usage, self._started = point.steps, point.usage, True
+        self._usage.priced = self.pricing is not None
         for record in point.history:
             self._outlet.see(record)
         with self.token.shield():
@@ -485,8 +502,18 @@ class Run:
 
     def _complete(self, index: int, messages: list[dict[str, Any]],
                   tools: list[dict[str, Any]] | None, kind: str) -> Reply:
-        """One model call, waited out, metered and recorded (failed calls too)."""
+        """One model call, waited out, metered, priced and recorded (failed calls too).
+
+        A call whose estimated prompt would cross a token or cost budget is not made; a
+        reply that crossed one is recorded and ends the run (``evalkit.runtime.budgets``).
+        """
         self._check_clock()  # a call begun past the deadline would only be abandoned
+        if self._spend.bounded:
+            with self._usage_lock:
+                totals = self._usage.totals()
+            over = self._spend.before(totals, messages, tools)
+            if over is not None:
+                raise _Finish("budget_exhausted", budget=over)
         request = {"messages": messages, "extra": _with({
             **self.model.describe(), "protocol": self.protocol.name, "tools": tools},
             branch=self.branch)}
@@ -518,9 +545,15 @@ class Run:
         except Exception as exc:
             self._record_call(kind, request, {"error": f"{type(exc).__name__}: {exc}"}, started)
             raise _CallFailed(f"the model call failed: {type(exc).__name__}: {exc}") from None
+        if self.pricing is not None:  # what the provider said, plus what it cost here
+            reply.usage = {**(reply.usage or {}), "cost": self._spend.cost(counters(reply.usage))}
         with self._usage_lock:
             self._usage.add(reply.usage)
+            totals = self._usage.totals()
         self._record_call(kind, request, reply.as_record(), started)
+        over = self._spend.after(totals) if self._spend.bounded else None
+        if over is not None:
+            raise _Finish("budget_exhausted", budget=over)
         return reply
 
     def _record_call(self, kind: str, request: dict[str, Any], reply: dict[str, Any],
@@ -682,6 +715,14 @@ def _can_ask_again(model: Any) -> bool:
     """
     remaining = getattr(model, "remaining", None)
     return not callable(remaining) or remaining("mission") > 0
+
+
+def _priced_apart(model: Any) -> list[str | None] | None:
+    """``[provider, model]`` a backend is priced as, when that is not what it calls itself
+    (a replay prices as what it recorded): what offline re-pricing reads from meta.json."""
+    identity = priced_as(model)
+    own = (getattr(model, "provider", None), getattr(model, "model", None))
+    return list(identity) if identity != own else None
 
 
 def _with(record: dict[str, Any], **optional: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from evalkit.contract import conforms
 from evalkit.eval.corpus import GOOD, TITLE, readme
 from evalkit.eval.score import score
 from evalkit.eval.suite import load_suite
+from evalkit.pricing import EXAMPLE, load
 from evalkit.store.reader import read_events_file
 from tests.corpus.conftest import (
     IDS,
@@ -93,7 +94,8 @@ HOST_PREFIXES = ("/tmp/", "/home/", "/root/", "/Users/", "/private/var/", "/var/
 
 
 def _scored(suite: str, variant: str) -> dict[str, Any]:
-    return score(load_suite(SUITES / suite), runs=RECORDINGS / suite / variant).to_dict()
+    return score(load_suite(SUITES / suite), runs=RECORDINGS / suite / variant,
+                 pricing=load(EXAMPLE)).to_dict()
 
 
 def test_the_corpus_holds_every_shipped_suite_and_agent_variant() -> None:

@@ -76,7 +76,7 @@ def mission(tmp_path: Path) -> RunMission:
             protocol: str = "json", bounds: Bounds | None = None, mcp: bool = True,
             record: bool = True, root: Path | None = None,
             cancel_token: CancelToken | None = None, profile: str | None = None,
-            whole: bool = True) -> Mission:
+            whole: bool = True, pricing: Any = None) -> Mission:
         n = next(counter)
         if isinstance(script, list):
             path = tmp_path / f"script{n}.yaml"
@@ -93,7 +93,7 @@ def mission(tmp_path: Path) -> RunMission:
                        sandbox=NoSandbox()) as plane, EventSink.open(str(events)) as sink:
             outcome = Run(model, plane, bounds=bounds, store=store, sink=sink,
                           protocol=protocol, results=results, profile=profile,
-                          cancel_token=cancel_token).run(objective)
+                          cancel_token=cancel_token, pricing=pricing).run(objective)
         run_dir = store.path_of(outcome.run_id) if store and outcome.run_id else None
         done = Mission(outcome, read_jsonl(events), run_dir)
         if whole:  # False: the recording is known to be short (the disk refused it)

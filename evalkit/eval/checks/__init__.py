@@ -30,11 +30,11 @@ if TYPE_CHECKING:
     from evalkit.eval.suite import Mission
     from evalkit.eval.summary import RunSummary
 
-#: How a field's value is read: text, a list of texts, true/false, a whole number, or a
+#: How a field's value is read: text, a list of texts, true/false, a whole number, a
 #: mapping of settings (read as a ``Frozen`` mapping; its check's ``validate`` says what
-#: may be in it).
-Kind = Literal["str", "strs", "bool", "int", "mapping"]
-KINDS: tuple[str, ...] = ("str", "strs", "bool", "int", "mapping")
+#: may be in it), or any finite number (an amount of money, say).
+Kind = Literal["str", "strs", "bool", "int", "mapping", "number"]
+KINDS: tuple[str, ...] = ("str", "strs", "bool", "int", "mapping", "number")
 
 #: What a rule yields: a sentence (under the check's own name, or about its first
 #: field), or a (name, sentence) pair naming one of the check's ``emits`` (or fields).
@@ -47,7 +47,7 @@ ENTRY_POINT_GROUP = "evalkit.checks"
 #: The built-in checks, by module, in the order a verdict lists their reasons.
 BUILT_IN: tuple[str, ...] = (
     "expects_tools", "forbids_tools", "expects_outcome", "expects_grounded", "answer",
-    "max_reply_rejected", "must_not_stage", "max_model_calls", "judge",
+    "max_reply_rejected", "must_not_stage", "max_model_calls", "budgets", "judge",
 )
 
 
@@ -99,6 +99,9 @@ class Check:
     emits: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = ()
     note: Callable[[Mission, RunSummary], Any] | None = None
+    #: The flags the built-in agent is spawned with for a mission that sets this check's
+    #: fields (a budget it should hold, not only be judged by); None: none.
+    spawn_flags: Callable[[Mission], Iterable[str]] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

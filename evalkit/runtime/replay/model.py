@@ -67,6 +67,9 @@ class ReplayBackend:
                  source: str | None = None) -> None:
         self.model = model or "recording"
         self.source = source
+        #: (provider, model) its calls are priced as (``evalkit.runtime.budgets.priced_as``):
+        #: the recorded provider, set by whoever knows it; None: as this backend.
+        self.priced_as: tuple[str | None, str | None] | None = None
         #: Per kind, the recorded calls in call order.
         self._queues: dict[str, list[dict[str, Any]]] = {}
         #: Per (kind, branch), the positions of that branch's calls in ``_queues[kind]``.

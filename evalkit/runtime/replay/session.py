@@ -66,6 +66,10 @@ class _ReplayDoor:
         self.backend = ReplayBackend(recording.model_calls, source=recording.run_id,
                                      model=recorded_model_name(recording.model_calls,
                                                                recording.meta))
+        # Priced as the provider and model it recorded, not as "replay" (evalkit.pricing).
+        provider = recording.meta.get("provider")
+        self.backend.priced_as = (provider if isinstance(provider, str) else None,
+                                  self.backend.model)
         self.fork: ForkBackend | None = None
         self.plane: RecordedPlane | None = None
         inside = recording.path.parent.resolve() == store.root.resolve()
