@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalkit.record._jsonable import jsonable
 from evalkit.runtime.tools.descriptor import ToolResult
+from evalkit.store.runstore import now_iso
 
 if TYPE_CHECKING:
     from evalkit.record._mission import Mission
@@ -25,6 +26,9 @@ class ModelCall:
     def __init__(self, mission: Mission, index: int, request: dict[str, Any]) -> None:
         self.mission, self.index, self.request = mission, index, request
         self._t0 = time.perf_counter()
+        #: When it began, as the store writes times: model.jsonl's ``started``, as the
+        #: built-in runtime keeps it (the tables time the call from it).
+        self.started = now_iso()
         self._ended = False
 
     def replied(self, reply: dict[str, Any]) -> None:

@@ -287,7 +287,8 @@ class Mission:
             if call.index == self._index:
                 self._turn_usage = usage
             self._usage.add(usage)
-            self._record(lambda w: w.record_model_call(MISSION_CALL, call.request, reply))
+            self._record(lambda w: w.record_model_call(MISSION_CALL, call.request, reply,
+                                                            call.started))
 
     def _model_failed(self, call: ModelCall, error: dict[str, Any],
                       exc: BaseException | None) -> None:
@@ -295,7 +296,8 @@ class Mission:
             self._pending.discard(call)
             if exc is not None and error.get("fault"):
                 self._fault = (exc, f"{error['fault']} fault: {error['error']}")
-            self._record(lambda w: w.record_model_call(MISSION_CALL, call.request, error))
+            self._record(lambda w: w.record_model_call(MISSION_CALL, call.request, error,
+                                                            call.started))
 
     def _tool_done(self, call: ToolCall, result: ToolResult) -> None:
         with self._lock:

@@ -34,7 +34,7 @@ MACHINE_FIELDS = frozenset({
 })
 #: Keys whose values are times or names of a run rather than what happened in it.
 VOLATILE_KEYS = frozenset({
-    "at", "created_at", "updated_at", "time", "elapsed_s", "duration_s", "wall_s", "run_id",
+    "at", "started", "created_at", "updated_at", "time", "elapsed_s", "duration_s", "wall_s", "run_id",
     "approval_id", "mean_wall_s", "events_bytes", "cwd"})
 _RUN_ID = re.compile(r"run_\d{8}-\d{6}-[0-9a-f]{8}")
 _APPROVAL_ID = re.compile(r"ap_[0-9a-f]{16}")
