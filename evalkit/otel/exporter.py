@@ -163,7 +163,7 @@ def _spans(key: str, events: Path, passed: bool | None) -> list[dict[str, Any]]:
         "evalkit.outcome": (finished or {}).get("outcome"),
         "evalkit.reason": (finished or {}).get("reason"),
         "evalkit.verdict": None if passed is None else ("pass" if passed else "fail"),
-        "evalkit.grounding": grounding})
+        "evalkit.grounding": grounding, "evalkit.usage": usage or None})
     return [agent, *out]
 
 

@@ -205,6 +205,22 @@ def _usage(span: Span) -> dict[str, Any] | None:
     return usage or None
 
 
+def _totals(agent: Span | None, ledger: UsageLedger) -> dict[str, Any]:
+    """The run's usage: evalkit's own totals when its export wrote them (a model call that
+    ended in a gate reports usage on no step), else the agent span's, else the chat spans'."""
+    said = agent.attributes.get("evalkit.usage") if agent else None
+    if isinstance(said, str):
+        try:
+            said = json.loads(said)
+        except ValueError:
+            said = None
+    if isinstance(said, dict):
+        return said
+    totals = ledger.totals()
+    own = _usage(agent) if agent else None
+    return {**own, "calls": totals["calls"]} if own else totals
+
+
 def _iso(ns: int) -> str | None:
     if not ns:
         return None
@@ -325,7 +341,7 @@ def _write(store: RunStore, key: str, trace: _Trace, source: str) -> Imported:
                       **out.take_usage()})
         finished: dict[str, Any] = {"event": "mission_finished", "outcome": outcome,
                                     "steps": out.steps, "max_steps": 0,
-                                    "usage": out.usage.totals()}
+                                    "usage": _totals(agent, out.usage)}
         if reason:
             finished["reason"] = reason
         if first and last:
