@@ -95,7 +95,8 @@ OUTCOME_MEANINGS: dict[str, str] = {
 OTEL_CARRIES: dict[str, str] = {
     "run": "one run per gen_ai.operation.name=invoke_agent span (its descendants), else one "
            "per trace; filed under RUNS/<key>/, the key being --key, else evalkit.suite_key, "
-           "else gen_ai.agent.name",
+           "else gen_ai.agent.name (runs sharing a key land side by side; score reads the "
+           "first imported)",
     "objective": "evalkit.objective, else the first user text of the agent span's or the "
                  "first chat span's gen_ai.input.messages; empty when no span captured it",
     "steps": "one step per chat span, in start order, with its gen_ai.usage.input_tokens and "

@@ -245,3 +245,63 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path, content, says):
     assert done.stderr.startswith("Error: ") and says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def event(name: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "timeUnixNano": "1", "attributes": [
+        {"key": "body", "value": {"stringValue": json.dumps(body)}}]}
+
+
+def test_messages_in_span_events_and_a_failing_tool_span_import(tmp_path):
+    """The older conventions put messages in span events; a tool span with an error status
+    is a failing result; a key planted in a span attribute is redacted on the way in."""
+    chat1 = span("chat m", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                            "gen_ai.usage.input_tokens": 9}, "02" * 8, "01" * 8, 2)
+    chat1["events"] = [event("gen_ai.user.message", {"content": "Open the vault"}),
+                       event("gen_ai.choice", {"finish_reason": "tool_calls", "message": {
+                           "tool_calls": [{"id": "c1", "function": {
+                               "name": "vault", "arguments": json.dumps({"token": KEY})}}]}})]
+    tool = span("execute_tool vault", {"gen_ai.operation.name": "execute_tool",
+                                       "gen_ai.tool.name": "vault", "gen_ai.tool.call.id": "c1",
+                                       "gen_ai.tool.call.arguments": json.dumps({"token": KEY})},
+                "03" * 8, "01" * 8, 4)
+    tool["status"] = {"code": "STATUS_CODE_ERROR", "message": "the vault refused"}
+    chat2 = span("chat m", {"gen_ai.operation.name": "chat"}, "04" * 8, "01" * 8, 6)
+    chat2["events"] = [event("gen_ai.choice", {"finish_reason": "stop", "message": {
+        "content": "It is locked."}})]
+    agent = span("invoke_agent", {"gen_ai.operation.name": "invoke_agent"}, "01" * 8)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "t.json").write_text(otlp(agent, chat1, tool, chat2))
+    done = evalkit("import", "otel", tmp_path / "in", "--out", tmp_path / "runs",
+                   "--key", "vault")
+    assert done.returncode == 0, done.stderr
+    (run,) = (tmp_path / "runs" / "vault").iterdir()
+    stream = records(run)
+    assert all(conforms(r) == [] for r in stream)
+    assert stream[0]["objective"] == "Open the vault"
+    assert [r["event"] for r in stream] == [
+        "mission_started", "step_started", "tool_call", "tool_result", "step_started",
+        "answer", "mission_finished"]
+    assert stream[2]["usage"] == {"prompt_tokens": 9}  # no output tokens said: no total
+    assert stream[3]["ok"] is False and stream[3]["error"] == "the vault refused"
+    assert stream[-2]["text"] == "It is locked." and stream[-1]["outcome"] == "answered"
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+    assert stream[2]["arguments"] == {"token": "[REDACTED]"}
+
+
+def test_key_names_one_run_only_and_export_never_overwrites(tmp_path):
+    two = tmp_path / "two.json"
+    a = span("invoke_agent", {"gen_ai.operation.name": "invoke_agent"}, "01" * 8)
+    b = span("invoke_agent", {"gen_ai.operation.name": "invoke_agent"}, "02" * 8, start=5)
+    two.write_text(otlp(a, b))
+    done = evalkit("import", "otel", two, "--out", tmp_path / "runs", "--key", "k")
+    assert done.returncode == 2 and "--key names one run" in done.stderr
+    out = tmp_path / "spans.json"
+    out.write_text("{}")
+    done = evalkit("export", "otel", ROOT / "recordings" / "stub" / "good", "--out", out)
+    assert done.returncode == 2 and "already exists" in done.stderr
+    assert out.read_text() == "{}"
+    done = evalkit("export", "otel", tmp_path, "--out", tmp_path / "new.json")
+    assert done.returncode == 2 and "no mission folder" in done.stderr
