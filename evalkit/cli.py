@@ -46,7 +46,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("evalkit.commands.report:diff", "Which verdicts flipped between two scorings."),
     "judge": ("evalkit.commands.judge:judge", "Grade answers with a model judge, once; recorded."),
     "doctor": ("evalkit.commands.doctor:doctor", "What this machine can run, with fixes."),
-    "export": ("evalkit.commands.export:export", "Write scored runs as Inspect AI eval logs."),
+    "export": ("evalkit.commands.export:export",
+               "Write runs as Inspect AI eval logs or OpenTelemetry GenAI spans."),
+    "import": ("evalkit.commands.otel:import_", "Turn OpenTelemetry GenAI traces into runs."),
 }
 
 

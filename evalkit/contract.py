@@ -89,6 +89,45 @@ OUTCOME_MEANINGS: dict[str, str] = {
     "incomplete": "the default word: crash, cancellation, replay ran off its recording, orphan closed",
 }
 
+#: ``evalkit import otel``: how an OpenTelemetry GenAI trace becomes a mission stream, said
+#: here so the importer, the exporter and CONTRACT.md hold one account of what a trace can
+#: carry. What no span says is null (or the field is absent), never guessed.
+OTEL_CARRIES: dict[str, str] = {
+    "run": "one run per gen_ai.operation.name=invoke_agent span (its descendants), else one "
+           "per trace; filed under RUNS/<key>/, the key being --key, else evalkit.suite_key, "
+           "else gen_ai.agent.name (runs sharing a key land side by side; score reads the "
+           "first imported)",
+    "objective": "evalkit.objective, else the first user text of the agent span's or the "
+                 "first chat span's gen_ai.input.messages; empty when no span captured it",
+    "steps": "one step per chat span, in start order, with its gen_ai.usage.input_tokens and "
+             "output_tokens as prompt_tokens and completion_tokens (absent when not reported)",
+    "tools": "execute_tool spans (gen_ai.tool.name, gen_ai.tool.call.arguments and .result, "
+             "a span status of error as a failing result); without them, the tool_call parts "
+             "of a chat span's gen_ai.output.messages and the tool_call_response parts that "
+             "answer them in later input messages",
+    "answer": "the agent span's gen_ai.output.messages text, else the text of the last chat "
+              "reply that asked for no tool",
+    "outcome": "evalkit.outcome and evalkit.reason when an evalkit export wrote them; else "
+               "answered with an answer, else incomplete with the reason below",
+    "model log": "model.jsonl keeps each chat span's captured messages, request and response "
+                 "model and finish reasons; tools.jsonl each tool call",
+    "grounding": "the evalkit.grounding attribute of the agent span, written by evalkit's "
+                 "export; no convention carries it",
+}
+#: What a trace cannot carry: these are absent from an imported stream, so a check that
+#: reads them fails as it would for any agent that did not say them.
+OTEL_NOT_CARRIED: tuple[str, ...] = (
+    "gate_requested and the approval an awaiting_approval run waited for (the outcome word "
+    "alone rides evalkit.outcome)",
+    "reply_rejected, model_state and answer_delta records",
+    "the tool result's exit_code, handle and truncation (null, r<N> and false)",
+    "capability profile, sandbox, grants and audit reference",
+    "the wall-clock time of each record: envelopes carry the import's time, meta.json the "
+    "trace's start and end",
+)
+#: ``mission_finished.reason`` of an imported trace that carried no answer.
+OTEL_NO_ANSWER = "the trace carried no answer"
+
 #: Values of ``mission_finished.reason`` with a fixed meaning (never outcomes).
 REASONS: tuple[str, ...] = ("cancelled", "stuck")
 

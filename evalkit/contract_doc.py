@@ -78,6 +78,16 @@ def render() -> str:
                    f"{'yes' if f['harness'] else 'no'} | {f['meaning']} |")
     out += ["", "## Environment (`ENV_VARS`)", "", "| variable | meaning |", "|---|---|"]
     out += [f"| `{name}` | {meaning} |" for name, meaning in c.ENV_VARS.items()]
+    out += ["", "## OpenTelemetry GenAI traces (`OTEL_CARRIES`)", "",
+            "`evalkit import otel FILE|DIR --out RUNS` reads OTLP/JSON traces that follow "
+            "the GenAI semantic conventions into runs `score --runs RUNS` grades; "
+            "`evalkit export otel RUNS --out FILE` writes runs back the same way. What a "
+            "trace carries:", ""]
+    out += [f"- **{what}** — {how}" for what, how in c.OTEL_CARRIES.items()]
+    out += ["", f"A trace with no answer ends `incomplete` with the reason "
+            f"`{c.OTEL_NO_ANSWER}`. What a trace cannot carry (absent, or null, never "
+            "guessed):", ""]
+    out += [f"- {line}" for line in c.OTEL_NOT_CARRIED]
     out += ["", "## Exit contract", ""]
     out += [f"- `{rule_id}` — {line}" for rule_id, line in c.EXIT_RULES.items()]
     out += ["", "## Compatibility", "",

@@ -23,6 +23,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "inspect": ("inspect_ai",),
     "langgraph": ("langchain_core",),
+    # Not imported by evalkit itself (import/export otel read and write JSON): what traces
+    # an agent, and what the tests make and read back spans with.
+    "otel": ("opentelemetry",),
 }
 
 #: The built-in runtime: ``run`` and ``measure`` given no agent after ``--``.

@@ -37,6 +37,8 @@ FORBIDDEN: dict[str, set[str]] = {
     # The recorder writes recordings as the runtime does, with the runtime's own readers of
     # the wire and its tool results; it never reaches the scorer or the CLI.
     "record": {"eval", "report", "commands", "cli"},
+    # OTel in and out writes runs with the store's writer and the runtime's tool results.
+    "otel": {"eval", "report", "commands", "cli", "record"},
     "grounding": {"runtime", "eval", "report", "store", "commands", "cli"},
     "planes": {"runtime", "eval", "report", "store", "commands", "cli"},
     "forkserver": {"runtime", "eval", "report", "store", "commands", "cli", "grounding", "planes"},
@@ -66,6 +68,12 @@ def test_no_part_imports_a_layer_above_it() -> None:
             for above in sorted(_imports(path) & forbidden):
                 wrong.append(f"{path.relative_to(PACKAGE)} imports evalkit.{above}")
     assert wrong == []
+
+
+def test_only_the_otel_commands_import_the_otel_package() -> None:
+    importers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                       if "otel" in _imports(path) and path.parent.name != "otel")
+    assert importers == ["commands/otel.py"]
 
 
 def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:

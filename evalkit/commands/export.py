@@ -1,10 +1,12 @@
-"""``evalkit export``: scored runs in other tools' formats (``export inspect``)."""
+"""``evalkit export``: scored runs in other tools' formats (``export inspect``, ``export otel``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
+
+from evalkit.commands.otel import export_otel
 
 
 @click.group()
@@ -33,3 +35,6 @@ def inspect_logs(runs: Path, out: Path) -> None:
 
     for written in write_logs(runs, out):
         click.echo(f"{written.log}: {written.samples} samples from {written.report}")
+
+
+export.add_command(export_otel)
