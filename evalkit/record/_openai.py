@@ -11,6 +11,12 @@ the mission replays a recording (``evalkit.record._replay``), nothing is dialled
 the recorded reply is handed back as the SDK's own ``ChatCompletion`` (or a
 stream of ``ChatCompletionChunk``), as the call asked.
 
+``client.chat.completions.with_raw_response.create`` goes through the same
+function (it is rebuilt over the replaced ``create``): that is how
+``langchain-openai``'s ``ChatOpenAI`` calls, reading ``.parse()`` and ``.headers``
+of what comes back. Recorded, the reply is read when the caller parses it;
+replayed, ``.parse()`` gives the served reply and ``.headers`` is empty.
+
 The request is never changed: in particular a stream is not asked for usage
 (``stream_options``) the user did not ask for — their code may not expect the
 extra chunk — so a stream's usage is recorded only when the user asked for it,
@@ -38,6 +44,8 @@ _NOT_RECORDED = frozenset({"messages", "extra_headers", "extra_query", "timeout"
 #: contract.WIRE_FAULTS words it; any other failure of the wire is transport.
 _CONFIGURATION_STATUSES = frozenset({400, 401, 403, 404})
 _MARK = "_evalkit_recorded"
+#: The header ``with_raw_response`` adds so the SDK hands back its raw response.
+_RAW_HEADER = "X-Stainless-Raw-Response"
 
 
 def wrap_openai(client: Any) -> Any:
@@ -85,7 +93,19 @@ def wrap_openai(client: Any) -> Any:
     setattr(wrapped, _MARK, True)
     wrapped.__doc__ = create.__doc__
     completions.create = wrapped
+    # ``with_raw_response`` is the SDK's own wrapper of ``create``, built once and cached
+    # on the resource: rebuilt over the replaced ``create``, so raw calls are recorded too.
+    raw = completions.__dict__.get("with_raw_response") or \
+        getattr(completions, "with_raw_response", None)
+    if raw is not None:
+        completions.__dict__["with_raw_response"] = type(raw)(completions)
     return client
+
+
+def _raw(kwargs: Mapping[str, Any]) -> bool:
+    """Whether the call came through ``with_raw_response`` (the SDK's header says so)."""
+    headers = kwargs.get("extra_headers")
+    return isinstance(headers, Mapping) and headers.get(_RAW_HEADER) == "true"
 
 
 def _begin(mission: Any, kwargs: Mapping[str, Any], where: str) -> ModelCall:
@@ -112,10 +132,30 @@ def _served(call: ModelCall, mission: Any, kwargs: Mapping[str, Any], *,
     call.replied(reply.as_record())
     model = str(given.get("model") or "recording")
     if not given.get("stream"):
-        return ChatCompletion.model_validate(completion(reply, model))
-    usage = bool((given.get("stream_options") or {}).get("include_usage"))
-    served = [ChatCompletionChunk.model_validate(c) for c in chunks(reply, model, usage=usage)]
-    return _ServedAsync(served) if asynchronous else _Served(served)
+        result: Any = ChatCompletion.model_validate(completion(reply, model))
+    else:
+        usage = bool((given.get("stream_options") or {}).get("include_usage"))
+        served = [ChatCompletionChunk.model_validate(c)
+                  for c in chunks(reply, model, usage=usage)]
+        result = _ServedAsync(served) if asynchronous else _Served(served)
+    return _RawServed(result) if _raw(kwargs) else result
+
+
+class _RawServed:
+    """A replayed reply as ``with_raw_response`` hands it back: ``parse()`` gives it,
+    no header was received, nothing was dialled."""
+
+    http_response = None
+    status_code = 200
+
+    def __init__(self, parsed: Any) -> None:
+        import httpx
+
+        self._parsed = parsed
+        self.headers = httpx.Headers()
+
+    def parse(self, **_: Any) -> Any:
+        return self._parsed
 
 
 class _Served:
@@ -170,6 +210,8 @@ class _ServedAsync:
 
 
 def _replied(call: ModelCall, result: Any, where: str, *, asynchronous: bool) -> Any:
+    if type(result).__name__ == "LegacyAPIResponse" and callable(getattr(result, "parse", None)):
+        return _RawRecorded(result, call, where, asynchronous=asynchronous)
     if _is_stream(result):
         return _AsyncStream(result, call, where) if asynchronous else _Stream(result, call, where)
     body = _as_dict(result)
@@ -179,6 +221,34 @@ def _replied(call: ModelCall, result: Any, where: str, *, asynchronous: bool) ->
         call.replied({"content": None, "tool_calls": [], "usage": None,
                       "extras": {"unread": type(result).__name__}})
     return result
+
+
+class _RawRecorded:
+    """The SDK's raw response, the reply recorded when the caller parses it (the body is
+    the SDK's to read); everything else is the raw response's own."""
+
+    def __init__(self, inner: Any, call: ModelCall, where: str, *, asynchronous: bool) -> None:
+        self._inner, self._call, self._where = inner, call, where
+        self._asynchronous = asynchronous
+        self._parsed: Any = None
+        self._read = False
+
+    def parse(self, **kwargs: Any) -> Any:
+        if kwargs:  # parsed into a type of the caller's: passed through, read as it came
+            return self._inner.parse(**kwargs)
+        if not self._read:
+            try:
+                parsed = self._inner.parse()
+            except Exception as exc:
+                _failed(self._call, exc, self._where)
+                raise
+            self._parsed = _replied(self._call, parsed, self._where,
+                                    asynchronous=self._asynchronous)
+            self._read = True
+        return self._parsed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def _failed(call: ModelCall, exc: BaseException, where: str) -> None:

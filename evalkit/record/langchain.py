@@ -14,6 +14,14 @@ graph's own code is not touched. A chat-model call is one step, as in the
 built-in loop; its reply is recorded as the model said it — the raw tool calls
 and token counts the provider sent where LangChain kept them, its normalised
 ones otherwise. Needs the ``langgraph`` extra.
+
+A model call is recorded once, by one owner. The handler owns it by default. To
+replay a graph with no model (``EVALKIT_REPLAY``), the chat model's own ``openai``
+client must be served the recording, which only ``wrap_openai`` can do: wrap it
+(``wrap_openai(chat.root_client)``, and ``chat.root_async_client`` for async
+graphs) and pass ``Handler(models=False)``. The wrapper then records every model
+call from the wire (request, reply and usage as the provider sent them) and serves
+them in a replay; the handler records the tool calls only.
 """
 
 from __future__ import annotations
@@ -36,15 +44,17 @@ except ImportError as exc:  # pragma: no cover - said in one sentence instead
 
 
 class Handler(BaseCallbackHandler):
-    """Records chat-model and tool calls into ``mission`` (default: the open one)."""
+    """Records chat-model and tool calls into ``mission`` (default: the open one);
+    ``models=False`` leaves the model calls to ``wrap_openai`` on the model's client."""
 
     #: Called in the order LangChain calls it, on its thread: steps keep their order.
     run_inline = True
     raise_error = False
 
-    def __init__(self, mission: Mission | None = None) -> None:
+    def __init__(self, mission: Mission | None = None, *, models: bool = True) -> None:
         super().__init__()
         self._mission = mission
+        self._record_models = models
         self._models: dict[UUID, ModelCall] = {}
         self._tools: dict[UUID, ToolCall] = {}
         self._lock = threading.Lock()
@@ -58,7 +68,7 @@ class Handler(BaseCallbackHandler):
     def on_chat_model_start(self, serialized: dict[str, Any] | None,
                             messages: list[list[Any]], *, run_id: UUID,
                             **kwargs: Any) -> None:
-        mission = self._open()
+        mission = self._open() if self._record_models else None
         if mission is None:
             return
         params = dict(kwargs.get("invocation_params") or {})

@@ -6,6 +6,7 @@ to the chat-completions server on a real socket; the handler is the only evalkit
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 import evalkit.record as record
 from evalkit.contract import conforms
-from tests.runtime.chat_server import ChatServer
+from tests.runtime.chat_server import ChatServer, closed_port_url
 
 pytest.importorskip("langgraph", reason="the langgraph extra: pip install -e '.[dev]'")
 pytest.importorskip("langchain_openai", reason="the langgraph extra")
@@ -106,3 +107,57 @@ def test_a_langgraph_graph_is_recorded_call_by_call(tmp_path: Path) -> None:
     assert {"multiply", "divide"} <= set(records[1].get("catalogue") or records[0]["catalogue"])
     for path in run.iterdir():
         assert KEY.encode() not in path.read_bytes(), path
+
+
+def wrapped_chat(base_url: str, **options: Any) -> Any:
+    """ChatOpenAI with its own clients wrapped: model calls recorded, and replayed, there."""
+    chat = ChatOpenAI(model="m-graph", base_url=base_url, api_key=KEY, max_retries=0,
+                      **options)
+    record.wrap_openai(chat.root_client)
+    record.wrap_openai(chat.root_async_client)
+    return chat
+
+
+def ask(chat: Any, *, asynchronous: bool, stream: bool) -> Any:
+    """One call through ChatOpenAI's raw-response path, sync or async, whole or streamed."""
+    model = chat.bind_tools([multiply])
+    messages = [("user", "What is 17 times 23?")]
+    config = {"callbacks": [Handler(models=False)]}
+    if asynchronous:
+        return asyncio.run(model.ainvoke(messages, config))
+    if stream:
+        chunks = list(model.stream(messages, config))
+        return sum(chunks[1:], chunks[0])
+    return model.invoke(messages, config)
+
+
+@pytest.mark.parametrize(("asynchronous", "stream"), [(False, False), (True, False),
+                                                      (False, True)],
+                         ids=["sync", "async", "streamed"])
+def test_a_wrapped_chat_model_is_recorded_once_and_replayed_with_no_server(
+        tmp_path: Path, asynchronous: bool, stream: bool) -> None:
+    # include_response_headers: langchain-openai reads .headers of the raw response.
+    options = {"include_response_headers": True, "streaming": stream}
+    with ChatServer() as server:
+        server.reply(tool_calls=[wire_call("multiply", '{"a": 17, "b": 23}', "call_m")],
+                     usage=USAGE)
+        with record.mission("times", runs=tmp_path / "recorded") as m:
+            said = ask(wrapped_chat(server.base_url, **options), asynchronous=asynchronous,
+                       stream=stream)
+            m.answer("391")
+        assert len(server.requests) == 1
+    (model,) = lines(tmp_path / "recorded" / str(m.run_id) / "model.jsonl")
+    assert model["request"]["extra"]["provider"] == "openai"  # the wrapper's, once
+    assert model["reply"]["tool_calls"][0]["arguments"] == '{"a": 17, "b": 23}'
+    assert stream or model["reply"]["usage"] == USAGE
+    with record.mission("times", runs=tmp_path / "replayed",
+                        replay=tmp_path / "recorded") as again:
+        replayed = ask(wrapped_chat(closed_port_url(), **options), asynchronous=asynchronous,
+                       stream=stream)
+        again.answer("391")
+    assert replayed.tool_calls == said.tool_calls
+    assert replayed.response_metadata.get("headers", {}) == {}
+    run = tmp_path / "replayed" / str(again.run_id)
+    assert json.loads((run / "meta.json").read_text())["meta"]["drift"]["first"] is None
+    (served,) = lines(run / "model.jsonl")
+    assert served["reply"]["tool_calls"] == model["reply"]["tool_calls"]
