@@ -1,5 +1,6 @@
 """The shipped recorded agents, end to end: ``evalkit run`` spawns them against a local
-chat-completions server, scores them, and the recording re-scores with the network refused.
+chat-completions server, scores them, and the recording re-scores with the network refused;
+then each agent is replayed under ``evalkit run`` with no server and no network.
 
 The agents are run as a user runs them — ``evalkit run … -- python examples/X.py`` in a
 process of its own — so the harness's ``EVALKIT_EVENTS`` and ``EVALKIT_RUNS`` are what
@@ -136,3 +137,57 @@ def test_the_langgraph_example_is_run_scored_and_rescored_offline(tmp_path: Path
     pytest.importorskip("langchain_openai", reason="the langgraph extra")
     suite, out = run_example("langgraph_agent.py", tmp_path)
     assert_recorded_and_rescored_offline(suite, out, tmp_path)
+
+
+def replay_example(agent: str, suite: Path, out: Path, tmp_path: Path) -> Path:
+    """``agent`` run again under ``evalkit run``, its client served the recording in ``out``
+    (``EVALKIT_REPLAY`` names the whole output folder), with no server and no network."""
+    again = tmp_path / "replayed"
+    done = evalkit("run", "--suite", suite, "--out", again, "--", sys.executable,
+                   ROOT / "examples" / agent,
+                   env={"EVALKIT_REPLAY": str(out), "OPENAI_API_KEY": KEY,
+                        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_MODEL": "m-local",
+                        "PYTHONPATH": f"{blocking_site(tmp_path / 'offline')}:{ROOT}"})
+    assert done.returncode == 0 and "[1/1] PASS  times" in done.stderr, done.stderr
+    return again
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+@pytest.mark.slow  # evalkit run spawns the agent twice; score runs as a process
+def test_the_langgraph_example_is_replayed_with_no_server(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph", reason="the langgraph extra: pip install -e '.[dev]'")
+    pytest.importorskip("langchain_openai", reason="the langgraph extra")
+    suite, out = run_example("langgraph_agent.py", tmp_path)
+    again = replay_example("langgraph_agent.py", suite, out, tmp_path)
+    (source,) = (out / "times" / "runs").iterdir()
+    (replay,) = (again / "times" / "runs").iterdir()
+    meta = json.loads((replay / "meta.json").read_text())["meta"]
+    assert meta["replay_of"] == source.name and meta["outcome"] == "answered"
+    assert meta["drift"] == {"first": None, "calls": 2, "served": 2, "recorded": 2}
+    assert meta["ran_off_end"] is None
+    # Each model call recorded once (by wrap_openai, not the handler too), in both runs.
+    for run in (source, replay):
+        model = jsonl(run / "model.jsonl")
+        assert len(model) == 2 and {m["request"]["extra"]["provider"] for m in model} == \
+            {"openai"}
+    # The same answer and the same tool calls, with the same results.
+    answers = [[r["record"]["text"] for r in jsonl(run / "events.jsonl")
+                if r["record"]["event"] == "answer"] for run in (source, replay)]
+    assert answers[0] == answers[1] == ["17 times 23 is 391."]
+    calls = [[(t["tool"], t["arguments"], t["result"]) for t in jsonl(run / "tools.jsonl")
+              if t["call"]] for run in (source, replay)]
+    assert calls[0] == calls[1] and [c[0] for c in calls[0]] == ["multiply"]
+    # Scored with no network: the replay earns the recording's verdict.
+    offline = {"PYTHONPATH": f"{blocking_site(tmp_path / 'offline')}:{ROOT}"}
+    verdicts = []
+    for runs, report in ((out, tmp_path / "scored"), (again, tmp_path / "rescored")):
+        scored = evalkit("score", "--suite", suite, "--runs", runs, "--report", report,
+                         env=offline)
+        assert scored.returncode == 0, scored.stderr
+        verdict = json.loads((report / "report.json").read_text())["verdicts"][0]
+        verdicts.append({k: verdict[k] for k in ("key", "passed", "outcome", "reasons")
+                         if k in verdict})
+    assert verdicts[0] == verdicts[1] and verdicts[0]["passed"] is True
