@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from evalkit import contract as c
-from evalkit.eval.conform import all_rules, behaviour, conform, rules
-from evalkit.eval.conform.battery import Ran, Watch
+from evalkit.eval.conform import NO_GATES, all_rules, behaviour, conform, gate_rule, rules
+from evalkit.eval.conform.battery import Ran, Watch, _without_gates
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = ROOT / "tests" / "data" / "broken_agent.py"
 EXAMPLE = ROOT / "examples" / "conform_agent.py"
+MINIMAL = ROOT / "examples" / "min_agent.py"
+RECORDED = ROOT / "examples" / "openai_agent.py"
 
 pytestmark = pytest.mark.xdist_group("conform")
 
@@ -158,8 +160,9 @@ def test_a_broken_agent_fails_by_the_rules_it_breaks(tmp_path: Path) -> None:
 # -- the command -------------------------------------------------------------------------------
 
 
-def _evalkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's evalkit, from any folder
+def _evalkit(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+            ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}  # this checkout's evalkit
     return subprocess.run([sys.executable, "-m", "evalkit.cli", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=300, check=False)
 
@@ -191,3 +194,90 @@ def test_bad_input_is_one_sentence(args: tuple[str, ...], tmp_path: Path) -> Non
     assert done.returncode == 2
     assert done.stderr.startswith("Error: ") and len(done.stderr.strip().splitlines()) == 1
     assert "Traceback" not in done.stderr
+
+
+# -- an agent without gates: --no-gates ------------------------------------------------------
+
+
+def test_no_gates_strips_the_gate_flags_and_their_values() -> None:
+    assert _without_gates(("--gate-tool", "fs", "--model", "m", "--gate-wait=30",
+                           "--gate-wait", "30")) == ("--model", "m")
+    assert gate_rule("control.gate_decision") and gate_rule("type.gate_requested.reason")
+    assert not gate_rule("field.mission_started.gated")
+
+
+def test_with_no_gates_an_agent_that_answered_first_is_not_judged_on_sigterm() -> None:
+    from evalkit.eval.conform.battery import Terminate
+
+    watch = Terminate(at_first_step=True)
+    watch.sent_at, watch.sent_line, watch.finished_after = 0.0, 2, 0.01
+    answered = Ran(key="sigterm", folder=Path("sigterm"), capture={"exit_code": 0},
+                   records=list(enumerate([STARTED, {"event": "step_started", "index": 0},
+                                           {"event": "answer", "text": "t",
+                                            "outcome": "answered"}, FINISHED], start=1)),
+                   undecoded=[], watch=watch)
+    rule = next(r for r in all_rules() if r.id == "exit.sigterm")
+    found = rule.check([answered])
+    assert found.status == "skip" and "answered before SIGTERM" in (found.detail or "")
+    answered.records = answered.records[:2] + [(3, FINISHED)]  # no answer, yet not cancelled
+    assert rule.check([answered]).status == "fail"
+
+
+def _no_gates_checked(findings: list[tuple[rules.Rule, rules.Finding]]) -> None:
+    """No rule failed, every gate rule is skipped for --no-gates, SIGTERM was checked."""
+    status = {rule.id: f for rule, f in findings}
+    assert [i for i, f in status.items() if f.status == "fail"] == []
+    gates = {i for i in status if gate_rule(i)}
+    assert "control.gate_decision" in gates and len(gates) > 1
+    assert {(status[i].status, status[i].detail) for i in gates} == {("skip", NO_GATES)}
+    assert status["exit.sigterm"].status == "pass", status["exit.sigterm"]
+
+
+def test_the_minimal_example_passes_with_no_gates(tmp_path: Path) -> None:
+    result = conform((sys.executable, str(MINIMAL)), out=tmp_path / "c", gates=False)
+    _no_gates_checked(result.findings)
+    assert not (tmp_path / "c" / "decision").exists()  # the gate mission is left out
+    assert result.to_dict()["gates"] is False
+
+
+def test_the_minimal_example_is_about_thirty_lines() -> None:
+    assert len(MINIMAL.read_text("utf-8").splitlines()) <= 35
+
+
+def test_without_no_gates_an_agent_without_gates_fails_the_gate_rules(tmp_path: Path) -> None:
+    # --no-gates is what makes the gate rules skip: left off, they are judged, and fail.
+    assert {"control.gate_decision", "exit.sigterm"} <= set(
+        _failed((sys.executable, str(MINIMAL)), tmp_path))
+
+
+@pytest.mark.slow  # evalkit conform spawns a recorded openai agent three times
+def test_a_recorder_wrapped_agent_passes_with_no_gates(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    from tests.runtime.chat_server import ChatServer
+
+    with ChatServer() as server:
+        server.reply("ready")                                  # answer
+        server.reply("missing.txt could not be read.")         # tool_error
+        server.stall()  # sigterm: a model call in flight when the first step starts
+        done = _evalkit("conform", "--no-gates", "--json", "--out", str(tmp_path / "c"), "--",
+                        sys.executable, str(RECORDED),
+                        env={"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-local",
+                             "OPENAI_MODEL": "m-local"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    assert data["passed"] is True and data["gates"] is False
+    by_id = {rule.id: rule for rule in all_rules()}
+    _no_gates_checked([(by_id[r["id"]], rules.Finding(r["status"], r["where"], r["detail"]))
+                       for r in data["rules"]])
+    # The signal lands as the sigterm mission's first step opens: before or during its call.
+    assert len(server.requests) in (2, 3)
+
+
+def test_the_command_says_no_gates_in_its_lines(tmp_path: Path) -> None:
+    done = _evalkit("conform", "--no-gates", "--out", str(tmp_path / "c"), "--",
+                    sys.executable, str(MINIMAL))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("FAIL")]
+    assert f"SKIP control.gate_decision — {NO_GATES}" in lines
+    assert any(line.startswith("PASS exit.sigterm") for line in lines)

@@ -26,18 +26,24 @@ _WORDS = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
               help="A new folder for the missions' streams (default: a fresh temporary one).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
               default=DEFAULT_TIMEOUT_S, show_default=True, help="Seconds one mission may run.")
+@click.option("--no-gates", "no_gates", is_flag=True,
+              help="The agent honours no --gate-tool (a recorder-wrapped one): leave out the "
+                   "missions that need a gate, skip their rules, send SIGTERM at the first "
+                   "step_started.")
 @click.argument("spawn", nargs=-1, type=click.UNPROCESSED)
 def conform(suite_path: Path | None, as_json: bool, out: Path | None, timeout_s: float,
-            spawn: tuple[str, ...]) -> None:
+            no_gates: bool, spawn: tuple[str, ...]) -> None:
     """Check that an agent speaks the mission stream: its records, order, SIGTERM,
     control channel and exit codes, never its answers.
 
     The agent is everything after --, spawned as `evalkit run` spawns it; with
-    nothing after --, the built-in runtime is checked.
+    nothing after --, the built-in runtime is checked. --no-gates checks an agent
+    without gates: the gate rules are reported SKIP, never PASS.
     """
     from evalkit.eval.conform import conform as run_kit
 
-    result = run_kit(spawn, suite_path=suite_path, out=out, timeout_s=timeout_s)
+    result = run_kit(spawn, suite_path=suite_path, out=out, timeout_s=timeout_s,
+                    gates=not no_gates)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:

@@ -8,7 +8,8 @@ work a library moves to a thread of its own, where the context is not copied.
 While a mission is open in the main thread of a program that does not handle SIGTERM
 itself, SIGTERM winds the mission up, as the contract asks of a mission process:
 ``Terminated`` is raised where the program is, the ``with`` block records the run
-``incomplete`` / ``cancelled``, and the process exits quietly with 143.
+``incomplete`` / ``cancelled``, and the process exits quietly with 0: the exit
+contract's "0 the mission ran (whatever its outcome)", as the built-in runtime does.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def current() -> Mission | None:
 
 class Terminated(SystemExit):
     """SIGTERM inside a recorded mission: the contract's "wind up" signal. A
-    ``SystemExit`` so the process ends quietly once the mission is closed."""
+    ``SystemExit`` so the process ends quietly once the mission is closed — with 0,
+    since the mission ran and its ``mission_finished`` says how it ended."""
 
     def __init__(self) -> None:
-        super().__init__(128 + signal.SIGTERM)
+        super().__init__(0)
 
 
 class Opened:

@@ -17,12 +17,13 @@ from evalkit.eval.conform import behaviour, rules
 from evalkit.eval.conform.battery import (
     BUILTIN_SUITE,
     DEFAULT_TIMEOUT_S,
+    NO_GATES,
     SIGTERM_BOUND_S,
     check_program,
     load,
     run_battery,
 )
-from evalkit.eval.conform.rules import FAIL, Finding, Rule
+from evalkit.eval.conform.rules import FAIL, SKIP, Finding, Rule
 from evalkit.eval.runner import fresh_folder
 
 #: What ``--json`` writes; bumped when its shape changes.
@@ -42,6 +43,8 @@ class Result:
     suite: str
     out: Path
     findings: list[tuple[Rule, Finding]]
+    #: False under ``--no-gates``: the gate missions were left out.
+    gates: bool = True
 
     @property
     def passed(self) -> bool:
@@ -53,27 +56,41 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "agent": self.agent, "suite": self.suite,
-                "out": str(self.out), "passed": self.passed,
+                "out": str(self.out), "passed": self.passed, "gates": self.gates,
                 "sigterm_bound_s": SIGTERM_BOUND_S,
                 "rules": [{"id": rule.id, "says": rule.says, "status": f.status,
                            "where": f.where, "detail": f.detail}
                           for rule, f in self.findings]}
 
 
+def gate_rule(rule_id: str) -> bool:
+    """Whether a rule is about gates: what an agent without them cannot be checked on."""
+    return rule_id == "control.gate_decision" or ".gate_requested." in f"{rule_id}."
+
+
 def conform(spawn: tuple[str, ...] = (), *, suite_path: str | Path | None = None,
-            out: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Result:
+            out: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+            gates: bool = True) -> Result:
     """Run the battery against the agent ``spawn`` starts (the built-in runtime when empty)
     and judge every rule. ``out`` (a new folder; a fresh temporary one when None) keeps
-    each mission's stream, which the findings point into."""
+    each mission's stream, which the findings point into. ``gates=False`` (``--no-gates``):
+    the agent honours no ``--gate-tool``; the missions that need a gate are left out and
+    the gate rules are skipped with ``NO_GATES`` as the reason — never passed."""
     check_program(spawn)
     suite = load(suite_path)
     if out is None:
         out = Path(tempfile.mkdtemp(prefix="evalkit-conform-"))
     else:
         out = fresh_folder(out)
-    battery = run_battery(suite, spawn, out, timeout_s=timeout_s)
-    findings = [(rule, rule.check(battery)) for rule in all_rules()]
-    return Result(agent=list(spawn), suite=str(suite.path), out=out, findings=findings)
+    battery = run_battery(suite, spawn, out, timeout_s=timeout_s, gates=gates)
+    findings = []
+    for rule in all_rules():
+        found = rule.check(battery)
+        if not gates and gate_rule(rule.id) and found.status == SKIP:
+            found = Finding(SKIP, None, NO_GATES)
+        findings.append((rule, found))
+    return Result(agent=list(spawn), suite=str(suite.path), out=out, findings=findings,
+                  gates=gates)
 
 
-__all__ = ["BUILTIN_SUITE", "SIGTERM_BOUND_S", "Result", "all_rules", "conform"]
+__all__ = ["BUILTIN_SUITE", "NO_GATES", "SIGTERM_BOUND_S", "gate_rule", "Result", "all_rules", "conform"]

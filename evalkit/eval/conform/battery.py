@@ -6,6 +6,12 @@ gate of ``decision`` the kit approves the call over ``--control``; at the standi
 of ``sigterm`` it sends SIGTERM and gives the agent ``SIGTERM_BOUND_S`` to write its
 ``mission_finished`` and exit before its process group is killed. A gate is where any
 agent is sure to be waiting, so the signal lands mid-mission whatever its speed.
+
+An agent with no gates (``--no-gates``: a recorder-wrapped one) is spared every mission
+that needs one: ``decision`` is left out, and ``sigterm`` runs without its gate flags,
+the signal sent at the first ``step_started`` instead — the agent is mid-mission then
+only while its step is still working (a model call in flight), which ``behaviour``
+allows for: an agent that had already answered is not judged on it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,6 +44,10 @@ SIGTERM_BOUND_S = runner.TERM_GRACE_S
 DEFAULT_TIMEOUT_S = 60.0
 #: Who signs the kit's gate decisions.
 DECIDED_BY = "evalkit conform"
+#: Why the gate missions' rules are skipped for an agent that declares none.
+NO_GATES = "the agent declares no gates (--no-gates)"
+#: The flags that give a mission a gate (each takes a value).
+GATE_FLAGS = ("--gate-tool", "--gate-wait")
 #: The control word that answers a standing gate (the contract's vocabulary).
 _GATE_DECISION = next(word for word in CONTROL if "approval_id" in CONTROL[word])
 
@@ -99,17 +109,26 @@ class Decide(Watch):
 
 
 class Terminate(Watch):
-    """Sends SIGTERM at the first standing gate; kills the group if the bound passes."""
+    """Sends SIGTERM at the first standing gate (with ``at_first_step``, at the first
+    ``step_started``: an agent without gates); kills the group if the bound passes."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, at_first_step: bool = False) -> None:
         super().__init__()
+        self.at_first_step = at_first_step
+        #: The file line of the record the signal was sent at.
+        self.sent_line: int | None = None
         self.sent_at: float | None = None
         self.finished_after: float | None = None
         self.killed = False
 
     def at_gate(self, record: dict[str, Any]) -> None:
-        if self.pid is None:
+        if not self.at_first_step:
+            self._send()
+
+    def _send(self) -> None:
+        if self.pid is None or self.sent_at is not None:
             return
+        self.sent_line = self.lines
         self.sent_at = time.monotonic()
         _signal_group(self.pid, signal.SIGTERM)
         timer = threading.Timer(SIGTERM_BOUND_S, self._overdue, args=(self.pid,))
@@ -117,6 +136,8 @@ class Terminate(Watch):
         timer.start()
 
     def seen(self, record: dict[str, Any]) -> None:
+        if self.at_first_step and record.get("event") == "step_started":
+            self._send()
         if record.get("event") == "mission_finished" and self.sent_at is not None \
                 and self.finished_after is None:
             self.finished_after = time.monotonic() - self.sent_at
@@ -185,10 +206,29 @@ def check_program(spawn: tuple[str, ...]) -> None:
                            "program on PATH")
 
 
+def _gated(flags: tuple[str, ...]) -> bool:
+    return any(flag.split("=", 1)[0] in GATE_FLAGS for flag in flags)
+
+
+def _without_gates(flags: tuple[str, ...]) -> tuple[str, ...]:
+    """``flags`` less every gate flag and its value."""
+    kept: list[str] = []
+    skip_value = False
+    for flag in flags:
+        if skip_value:
+            skip_value = False
+        elif flag in GATE_FLAGS:
+            skip_value = True
+        elif flag.split("=", 1)[0] not in GATE_FLAGS:
+            kept.append(flag)
+    return tuple(kept)
+
+
 def run_battery(suite: Suite, spawn: tuple[str, ...], out: Path, *,
-                timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Ran]:
+                timeout_s: float = DEFAULT_TIMEOUT_S, gates: bool = True) -> list[Ran]:
     """Spawn every mission (one at a time: the kit measures a bound, so it does not share
-    the machine with itself) and read back what each wrote."""
+    the machine with itself) and read back what each wrote. Without ``gates`` the missions
+    that need one are left out, and ``sigterm`` runs without its gate flags."""
     agent = runner.agent_for(suite, spawn or None)
     # The built-in runtime keeps approvals and audit under EVALKIT_HOME: the kit's stay in
     # its own folder, never the user's state.
@@ -198,10 +238,14 @@ def run_battery(suite: Suite, spawn: tuple[str, ...], out: Path, *,
     if skipped:
         key, why = next(iter(skipped.items()))
         raise EvalkitError(f"conformance mission {key!r} cannot run: {why}")
+    if not gates:
+        jobs = [replace(job, flags=_without_gates(job.flags)) if job.key == SIGTERM else job
+                for job in jobs if job.key == SIGTERM or not _gated(job.flags)]
     ran: list[Ran] = []
     with runner.executor_session("local"):
         for job in jobs:
-            watch = {DECISION: Decide, SIGTERM: Terminate}.get(job.key, Watch)()
+            watch = (Decide() if job.key == DECISION
+                     else Terminate(at_first_step=not gates) if job.key == SIGTERM else Watch())
             capture = runner.run_mission(job, watch)
             ran.append(_read(job, capture, watch))
     if ran and all(r.capture.get("spawn_error") for r in ran):

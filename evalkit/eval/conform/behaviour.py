@@ -108,19 +108,29 @@ def _sigterm(battery: Battery) -> Finding:
         return skip(f"the suite has no mission {SIGTERM!r}")
     watch = ran.watch
     if watch.sent_at is None:
+        if watch.at_first_step:
+            return fail(ran, None, "no step_started, so no point mid-mission to send SIGTERM "
+                        "at (--no-gates)")
         return fail(ran, None, "no gate_requested, so no point where the agent waits for the "
                     f"signal (the mission gives it {' '.join(ran.flags)})")
     if watch.killed:
-        return fail(ran, watch.gate_line, f"still running {SIGTERM_BOUND_S:g} s after "
+        return fail(ran, watch.sent_line, f"still running {SIGTERM_BOUND_S:g} s after "
                     "SIGTERM; its process group was killed")
     finished = _finished(ran)
     if finished is None or watch.finished_after is None:
-        return fail(ran, watch.gate_line, "no mission_finished after SIGTERM")
+        return fail(ran, watch.sent_line, "no mission_finished after SIGTERM")
     line, record = finished
     if watch.finished_after > SIGTERM_BOUND_S:
         return fail(ran, line, f"mission_finished {watch.finished_after:.2f} s after SIGTERM; "
                     f"the bound is {SIGTERM_BOUND_S:g} s")
-    if record.get("outcome") != INCOMPLETE or record.get("reason") != CANCELLED:
+    cancelled = record.get("outcome") == INCOMPLETE and record.get("reason") == CANCELLED
+    if not cancelled and watch.at_first_step and any(
+            isinstance(r, dict) and r.get("event") == "answer" for _, r in ran.records):
+        # No gate held the agent: it may have answered before the signal landed.
+        return skip("not checked: the agent answered before SIGTERM (sent at its first "
+                    "step_started, with no gate to hold it) could wind it up; a mission "
+                    "whose first step takes longer (a model call in flight) is checked")
+    if not cancelled:
         return fail(ran, line, f"outcome {record.get('outcome')!r} with reason "
                     f"{record.get('reason')!r} after SIGTERM; the contract says {INCOMPLETE!r} "
                     f"with reason {CANCELLED!r}")
