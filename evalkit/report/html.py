@@ -22,6 +22,7 @@ from evalkit.report import charts
 from evalkit.report.folders import TEXT_DEPTH, Scoring
 from evalkit.report.kpis import category, halves
 from evalkit.report.markdown import too_small, write_file
+from evalkit.report.overwrite import Output
 from evalkit.report.transcript import Limits, Transcript, transcript
 from evalkit.store.layout import as_text
 
@@ -196,31 +197,15 @@ def diff_html(diff: Diff) -> str:
         show_config=any(f.configuration or f.rep for f in (*diff.flips, *diff.changed)))
 
 
-def check_target(path: Path) -> None:
-    """Refuse ``path`` as where a page goes unless writing it there loses nothing.
+#: A page: written only over nothing, an empty file, or a page evalkit wrote
+#: (``evalkit.report.overwrite``).
+PAGE = Output("the HTML", "report.html", GENERATOR_MARKER, MARKER_WITHIN,
+              "it is not an HTML page evalkit wrote")
 
-    ``-o`` and ``--html`` take any path, and a slip (``-o runs/x/events.jsonl``,
-    ``--html B/report.json``) would replace a recorded stream or the report just
-    read, with no way back. So a page is written only where there is nothing yet, or
-    an empty file, or a page evalkit wrote before (its generator marker among the
-    first ``MARKER_WITHIN`` bytes): re-running a report over its last output is the
-    normal case and stays quiet.
-    """
-    try:
-        if not path.exists():
-            return
-        if path.is_dir():
-            raise EvalkitError(f"{path} is a folder; give the HTML file's own name, "
-                               f"such as {path / 'report.html'}")
-        if not path.is_file():
-            raise EvalkitError(f"refusing to write the HTML over {path}: it is not a regular file")
-        with open(path, "rb") as existing:
-            head = existing.read(MARKER_WITHIN)
-    except OSError as exc:
-        raise EvalkitError(f"cannot check what {path} holds: {exc.strerror or exc}") from None
-    if head and GENERATOR_MARKER not in head:
-        raise EvalkitError(f"refusing to write the HTML over {path}: it is not an HTML page "
-                           "evalkit wrote, and it would be lost; give another file name")
+
+def check_target(path: Path) -> None:
+    """Refuse ``path`` as where a page goes unless writing it there loses nothing."""
+    PAGE.check_target(path)
 
 
 def write(text: str, path: Path) -> Path:

@@ -28,6 +28,7 @@ from typing import Any
 
 from evalkit.errors import EvalkitError
 from evalkit.eval import taxonomy
+from evalkit.report.overwrite import Output
 from evalkit.store.replace import replace_file
 
 #: The comment every JUnit file evalkit writes carries near its top: ``--junit`` writes
@@ -217,26 +218,16 @@ def to_bytes(root: ET.Element) -> bytes:
             ).encode()
 
 
+#: A JUnit file: written only over nothing, an empty file, or one evalkit wrote
+#: (``evalkit.report.overwrite``).
+JUNIT_FILE = Output("the JUnit file", "junit.xml", _MARKER, _MARKER_WITHIN,
+                    "evalkit did not write it")
+
+
 def check_target(path: Path) -> None:
-    """Refuse ``path`` unless writing the JUnit file there loses nothing: nothing there
-    yet, an empty file, or a JUnit file evalkit wrote. Checked before a run starts, so a
-    slip (``--junit runs/x/events.jsonl``) costs no model time."""
-    try:
-        if not path.exists():
-            return
-        if path.is_dir():
-            raise EvalkitError(f"{path} is a folder; give the JUnit file's own name, "
-                               f"such as {path / 'junit.xml'}")
-        if not path.is_file():
-            raise EvalkitError(f"refusing to write the JUnit file over {path}: "
-                               "it is not a regular file")
-        with open(path, "rb") as existing:
-            head = existing.read(_MARKER_WITHIN)
-    except OSError as exc:
-        raise EvalkitError(f"cannot check what {path} holds: {exc.strerror or exc}") from None
-    if head and _MARKER not in head:
-        raise EvalkitError(f"refusing to write the JUnit file over {path}: evalkit did not "
-                           "write it, and it would be lost; give another file name")
+    """Refuse ``path`` unless writing the JUnit file there loses nothing. Checked before a
+    run starts, so a slip (``--junit runs/x/events.jsonl``) costs no model time."""
+    JUNIT_FILE.check_target(path)
 
 
 def write(root: ET.Element, path: Path) -> Path:
