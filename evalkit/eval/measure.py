@@ -63,6 +63,7 @@ from evalkit.eval.runner import (
     refusal,
     score_folder,
     spawn_skill,
+    spawn_value,
 )
 from evalkit.eval.score import missions_in
 from evalkit.eval.suite import SPLITS, Mission, Suite
@@ -456,21 +457,12 @@ def _row_entry(plan: RowPlan, repeat: int) -> dict[str, Any]:
     return entry
 
 
-def _spawn_value(spawn: Sequence[str], flag: str) -> str | None:
-    for i, token in enumerate(spawn):
-        if token == flag and i + 1 < len(spawn):
-            return spawn[i + 1]
-        if token.startswith(flag + "="):
-            return token.partition("=")[2]
-    return None
-
-
 def _provenance(suite: Suite, agent: Agent, spawn: Sequence[str] | None, **settings: Any
                 ) -> dict[str, Any]:
     line = list(spawn or ())
     provider, model, endpoint = agent_identity(agent, spawn, settings["variant"])
-    steps = _spawn_value(line, "--mission-steps")
-    seconds = _spawn_value(line, "--mission-seconds")
+    steps = spawn_value(line, "--mission-steps")
+    seconds = spawn_value(line, "--mission-seconds")
     return {
         "suite": suite.name, "suite_path": str(suite.path), "commit": commit(), "date": now(),
         "evalkit": __version__, "provider": provider, "model": model,

@@ -13,38 +13,17 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from evalkit.contract import OTEL_NO_ANSWER, conforms
+from tests._multiply import ROOT, USAGE, evalkit, queue_times, times_suite
 from tests.runtime.chat_server import ChatServer
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-planted-span-key-0123456789abcdef"
-USAGE = {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}
-SUITE = """\
-name: traced
-tools: [multiply]
-missions:
-  - key: times
-    flag: chaining
-    prompt: What is 17 times 23?
-    expects_outcome: answered
-    expects_tools: [multiply]
-    answer_must_match: ['\\b391\\b']
-    because: the simplest chain, a product read off a tool
-"""
-
-
-def evalkit(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", *map(str, args)], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=300, check=False)
+SUITE = times_suite("traced")
 
 
 def records(run_dir: Path) -> list[dict[str, Any]]:
@@ -71,9 +50,7 @@ def traced_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     instrumentor.instrument(tracer_provider=provider)
     try:
         with ChatServer() as server:
-            server.reply(tool_calls=[{"id": "call_1", "type": "function", "function": {
-                "name": "multiply", "arguments": '{"a": 17, "b": 23}'}}], usage=USAGE)
-            server.reply("17 times 23 is 391.", usage=USAGE)
+            queue_times(server)
             client = openai.OpenAI(base_url=server.base_url, api_key=KEY, max_retries=0)
             tracer = provider.get_tracer("the-agent")
             with tracer.start_as_current_span("invoke_agent times", attributes={

@@ -11,46 +11,19 @@ the recorder reads. The server is ``tests/runtime/chat_server.py``: a real socke
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests._multiply import ROOT, USAGE, evalkit, queue_times, times_suite
 from tests._offline import blocking_site
 from tests.runtime.chat_server import ChatServer
 
 pytest.importorskip("openai")
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-planted-example-key-0123456789abcdef"
-USAGE = {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28}
-SUITE = """\
-name: recorded
-tools: [multiply]
-missions:
-  - key: times
-    flag: chaining
-    prompt: What is 17 times 23?
-    expects_outcome: answered
-    expects_tools: [multiply]
-    answer_must_match: ['\\b391\\b']
-    because: the simplest chain, a product read off a tool
-"""
-
-
-def evalkit(*args: str | Path, env: dict[str, str] | None = None,
-            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", *map(str, args)], cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                          capture_output=True, text=True, timeout=300, check=False)
-
-
-def queue_times(server: ChatServer) -> None:
-    server.reply(tool_calls=[{"id": "call_1", "type": "function", "function": {
-        "name": "multiply", "arguments": '{"a": 17, "b": 23}'}}], usage=USAGE)
-    server.reply("17 times 23 is 391.", usage=USAGE)
+SUITE = times_suite("recorded")
 
 
 def run_example(agent: str, tmp_path: Path) -> tuple[Path, Path]:
