@@ -6,7 +6,8 @@ PyYAML's own otherwise; either way the node tree is composed by PyYAML's
 Python composer. libyaml's own composer recurses in C and takes the process
 down (a segfault, not an exception) somewhere past 20,000 levels of nesting;
 the Python one stops at Python's recursion limit with a ``RecursionError``,
-which is refused as a suite that nests too deeply. No real suite nests past
+which is refused as a suite that nests too deeply (as is the same case when
+libyaml's parser stops it first: libyaml 0.2.6 has a nesting limit of its own). No real suite nests past
 a few levels, so that limit is the only one that shows. JSON is read as JSON
 (a repeated key and a line number still come from the YAML tree).
 """
@@ -125,7 +126,7 @@ def parse(path: Path, text: str) -> tuple[Any, Tree]:
             raise SuiteError(f"suite {path} is not valid JSON: {exc.msg} "
                             f"(line {exc.lineno}, column {exc.colno})", exit_code=UNREADABLE) from None
         except RecursionError:
-            raise SuiteError(f"suite {path} is not valid JSON: it nests too deeply",
+            raise SuiteError(f"suite {path} is not valid JSON: {_TOO_DEEP}",
                              exit_code=UNREADABLE) from None
         except ValueError as exc:
             raise SuiteError(f"suite {path} is not valid JSON: {_reason(exc)}",
@@ -137,9 +138,12 @@ def parse(path: Path, text: str) -> tuple[Any, Tree]:
     try:
         return compose(text)
     except RecursionError:
-        raise SuiteError(f"suite {path} is not valid YAML: it nests too deeply",
+        raise SuiteError(f"suite {path} is not valid YAML: {_TOO_DEEP}",
                          exit_code=UNREADABLE) from None
     except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):  # libyaml 0.2.6's own limit (PyYAML 6.0.4)
+            raise SuiteError(f"suite {path} is not valid YAML: {_TOO_DEEP}",
+                             exit_code=UNREADABLE) from None
         mark = exc.problem_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise SuiteError(f"suite {path} is not valid YAML: {exc.problem or exc.context}{where}",
@@ -147,6 +151,10 @@ def parse(path: Path, text: str) -> tuple[Any, Tree]:
     except Exception as exc:  # anything the third-party parser throws is about the file
         raise SuiteError(f"suite {path} is not valid YAML: {_reason(exc)}",
                          exit_code=UNREADABLE) from None
+
+
+#: Why a suite nested past a parser's limit is refused, whichever parser's limit it was.
+_TOO_DEEP = "it nests too deeply"
 
 
 def _reason(exc: Exception) -> str:
