@@ -41,6 +41,9 @@ FORBIDDEN: dict[str, set[str]] = {
     "otel": {"eval", "report", "commands", "cli", "record"},
     "grounding": {"runtime", "eval", "report", "store", "commands", "cli"},
     "planes": {"runtime", "eval", "report", "store", "commands", "cli"},
+    # Live governance (ledger, policy, sidecar, checkpoints, certificates) sits between the
+    # recordings and the runtime: the runtime and the sidecar use it, it uses the store.
+    "gate": {"runtime", "eval", "report", "commands", "cli", "record"},
     "forkserver": {"runtime", "eval", "report", "store", "commands", "cli", "grounding", "planes"},
 }
 
