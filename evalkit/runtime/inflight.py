@@ -81,8 +81,10 @@ def within(deadline: float | None, call: Callable[[], T], *, what: str) -> T:
     context = contextvars.copy_context()
     helper = threading.Thread(target=flight.run, args=(lambda: context.run(call),),
                               name=f"evalkit-{what}", daemon=True)
-    helper.start()
     try:
+        # start() is inside: a signal can land after the helper began (its process
+        # spawned) but before start() returned, and that call must be abandoned too.
+        helper.start()
         finished = flight.done.wait(max(0.0, deadline - time.monotonic()))
     except BaseException:
         flight.abandon()

@@ -219,6 +219,33 @@ def test_an_abandoned_call_is_undone_and_a_late_start_is_undone_at_once() -> Non
     assert undone == ["first", "late"]
 
 
+def test_a_signal_landing_while_the_helper_is_being_started_still_abandons_the_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM can arrive after the helper thread began its call (a process spawned)
+    but before ``Thread.start`` returned to the loop; that call is abandoned too, or
+    its process outlives the mission (the once-in-five full-suite failure of the
+    SIGTERM test above)."""
+    started = threading.Event()
+    undone = threading.Event()
+
+    def work() -> None:
+        with undo_on_abandon(undone.set):
+            started.set()
+            undone.wait(5)
+
+    real_start = threading.Thread.start
+
+    def start_then_signal(self: threading.Thread) -> None:
+        real_start(self)
+        started.wait(5)
+        raise KeyboardInterrupt("a signal raised into start()")
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_signal)
+    with pytest.raises(KeyboardInterrupt):
+        within(time.monotonic() + 30, work, what="x")
+    assert undone.wait(5)
+
+
 def _gone(pid: int) -> bool:
     deadline = time.monotonic() + 10  # generous: a loaded CI box reaps slowly
     while time.monotonic() < deadline:
