@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "approvals": ("evalkit.commands.approvals:approvals", "List and decide gated tool requests."),
     "replay": ("evalkit.commands.replay:replay", "Re-run a recording through the loop, no model."),
     "regrade": ("evalkit.commands.replay:regrade", "Replay every run under a new skill manifest."),
+    "runs": ("evalkit.commands.runs:runs", "List and show recorded runs: records, events, ends."),
     "run": ("evalkit.commands.run:run", "Spawn the agent once per mission, capture, score."),
     "measure": ("evalkit.commands.run:measure", "A suite over a configuration matrix, with stats."),
     "record-corpus": ("evalkit.commands.corpus:record_corpus",
