@@ -276,6 +276,16 @@ def _parse_stamp(stamp: str | None) -> datetime | None:
         return None
 
 
+def is_refusal(record: Mapping[str, Any]) -> bool:
+    """Whether a ``tool_result`` is governance refusing the call, not the tool failing: the
+    runtime records a denied call as a failed result that never ran (no exit code) whose
+    error is the refusal's sentence, which starts with "denied"."""
+    error = record.get("error")
+    return (record.get("event") == "tool_result" and record.get("ok") is False
+            and record.get("exit_code") is None and isinstance(error, str)
+            and error.startswith("denied"))
+
+
 # -- bounded metadata ---------------------------------------------------------------------
 
 
@@ -425,8 +435,7 @@ class _Run:
                 calls += 1
                 used.append(bounded_text(record.get("tool"), 64))
             elif event == "tool_result" and record.get("ok") is False:
-                error = record.get("error")
-                if isinstance(error, str) and error.startswith("denied"):
+                if is_refusal(record):
                     denied += 1
                 else:
                     failed += 1
