@@ -162,12 +162,20 @@ def _is_run_dir(path: Path) -> bool:
 
 
 def find_run(spec: str, root: Path | None) -> Path:
-    """The run directory ``spec`` names: a path to one, or a run id under ``root``."""
+    """The run directory ``spec`` names: a path to one, a folder holding exactly one, or a
+    run id under ``root``."""
     given = Path(spec)
     if given.is_dir() and _is_run_dir(given):
         return given
     if layout.is_run_id(given.name) and given.is_dir() and os.sep in spec:
         return given  # a run directory with neither file yet: listed as incomplete
+    if given.is_dir():  # a mission's folder (``<key>/runs/<run id>``): its one run
+        below = find_run_dirs(given)
+        if len(below) == 1:
+            return below[0]
+        if below:
+            raise EvalkitError(f"{spec} holds {len(below)} runs: name one of them "
+                               "(evalkit runs list shows them)")
     if root is not None and layout.is_run_id(spec):
         direct = root / spec
         if direct.is_dir():

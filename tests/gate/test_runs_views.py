@@ -248,6 +248,10 @@ def test_runs_list_and_show_print_json_that_parses() -> None:
     code, out = _cli("runs", "show", run.name, "--root", RECORDINGS)
     assert code == 0 and f"run {run.name}: awaiting_approval" in out
     assert "events (7 of 7)" in out
+    code, by_mission = _cli("runs", "show", run.parents[1])  # the mission's folder: its one run
+    assert code == 0 and by_mission == out
+    code, out = _cli("runs", "show", RECORDINGS / "stub")
+    assert code == 2 and "holds 24 runs" in out
 
 
 def test_the_default_root_is_the_state_folders_run_store(tmp_path: Path,
