@@ -117,6 +117,10 @@ def regrade(ctx: click.Context, source: Path, skills: tuple[str, ...], out: Path
         raise EvalkitError("regrade needs --out (a new folder for the replays), or --policy "
                            "NEW.yaml to decide the recorded calls again")
 
+    from evalkit.extras import require
+
+    require("evalkit regrade")  # the replays need the runtime (--policy, above, does not)
+
     from evalkit.runtime.regrade import REPORT_FILE, find_runs
     from evalkit.runtime.regrade import regrade as regrade_folder
 
