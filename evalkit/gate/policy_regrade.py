@@ -11,14 +11,17 @@ What a call's *before* was, read from the stream (the runtime records each):
 - ``held``: a ``gate_requested`` stood in front of it; its ``resolution`` says what
   a person did (``approved``: the call then ran, ``refused``: it was denied,
   ``pending``: nobody decided and the run ended ``awaiting_approval``);
-- ``denied``: its ``tool_result`` is a governance refusal (``runviews.is_refusal``);
+- ``denied``: its ``tool_result`` is a governance refusal (``runviews.refusals``);
 - ``allowed``: it ran, whether the tool then succeeded or failed;
 - ``unknown``: a ``tool_call`` with no result (the run was cut short): never
   counted as a change, counted as undetermined.
 
-When the recording names the policy its decisions were made under (a
-``policy_hash`` on a call's records, else on ``mission_started`` or in
-``meta.json``), the row says which; recordings of the built-in runtime's flag
+A run of the gate sidecar (``evalkit gate serve``) records each decision itself,
+as a ``governance`` record (``what: decided``) with the decision's kind and the
+hash of the policy that made it: there *before* is that decision, one call per
+idempotency key, whatever retries followed. Otherwise, when the recording names
+the policy (a ``policy_hash`` on a call's records, else on ``mission_started`` or
+in ``meta.json``), the row says which; recordings of the built-in runtime's flag
 governance carry none. Arguments are read only to decide: the report names
 tools, decisions and the policy's reasons, never what a call was given.
 """
@@ -33,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
-from evalkit.gate.policy import Policy, decide
+from evalkit.gate.policy import KINDS, Policy, decide
 from evalkit.store import layout
 from evalkit.store.reader import StreamRead, file_bytes, read_events_file
-from evalkit.store.runviews import bounded_text, find_run_dirs, is_refusal
+from evalkit.store.runviews import bounded_text, find_run_dirs, refusals
 
 REPORT_FORMAT = "evalkit-policy-regrade"
 REPORT_VERSION = 1
@@ -59,8 +62,20 @@ class RecordedCall:
 
 
 def recorded_calls(stream: StreamRead) -> list[RecordedCall]:
-    """Every tool call of a stream in order, with the decision the recording shows for it."""
+    """Every tool call of a stream in order, with the decision the recording shows for it.
+
+    A stream with ``governance`` records (the gate sidecar's) is read by its decisions,
+    one call per idempotency key; any other (the built-in runtime's), by its gates and
+    results."""
+    if any(r.get("event") == "governance" and r.get("what") == "decided"
+           for r in stream.records):
+        return _governed_calls(stream)
+    return _runtime_calls(stream)
+
+
+def _runtime_calls(stream: StreamRead) -> list[RecordedCall]:
     calls: list[RecordedCall] = []
+    refused = refusals(stream.records)
     for i, record in enumerate(stream.records):
         event = record.get("event")
         if event not in ("gate_requested", "tool_call", "tool_result"):
@@ -90,13 +105,64 @@ def recorded_calls(stream: StreamRead) -> list[RecordedCall]:
         call.policy_hash = call.policy_hash or said
         call._open = False
         if call.before == HELD:
-            call.resolution = "refused" if is_refusal(record) else "approved"
+            call.resolution = "refused" if i in refused else "approved"
         else:
-            call.before = DENIED if is_refusal(record) else ALLOWED
+            call.before = DENIED if i in refused else ALLOWED
     for call in calls:
         if call.before == HELD and call.resolution == "decided":
             call.resolution = "unknown"  # decided, dispatched, and the result never recorded
     return calls
+
+
+#: A held call's end, by the sidecar's kind of its ``governance`` result.
+_RESOLVED = {"approved": "approved", "allowed": "approved", "refused": "refused",
+             "expired": "expired", "tool_error": "approved", "outcome_unknown": "approved"}
+
+
+def _governed_calls(stream: StreamRead) -> list[RecordedCall]:
+    """The sidecar's stream: ``governance`` ``decided`` opens a call per key (its kind is
+    the decision, its ``policy_hash`` the policy that made it); the arguments come from
+    the ``gate_requested`` of a hold, else from the ``tool_call`` that follows the key's
+    ``result``. A retried request adds nothing (its key is decided already)."""
+    calls: dict[Any, RecordedCall] = {}
+    last_gate: dict[str, Any] | None = None
+    ending: RecordedCall | None = None  # the call whose tool_call comes next
+    for i, record in enumerate(stream.records):
+        event = record.get("event")
+        if event == "gate_requested":
+            last_gate = record
+        elif event == "tool_call" and ending is not None:
+            if ending.arguments is None and record.get("tool") == ending.tool:
+                ending.arguments = record.get("arguments")
+            ending = None
+        if event != "governance":
+            continue
+        what, key, kind = record.get("what"), _hashable(record.get("key")), record.get("kind")
+        call = calls.get(key)
+        if what == "decided" and call is None and record.get("key") is not None:
+            before = KINDS.get(kind) if isinstance(kind, str) else None
+            said = record.get("policy_hash")
+            calls[key] = RecordedCall(
+                stream.envelopes.get(i, {}).get("seq"), record.get("index"),
+                record.get("branch"), record.get("tool"), None, before or UNKNOWN,
+                resolution="pending" if before == HELD else None,
+                policy_hash=said if isinstance(said, str) else None)
+        elif call is None:
+            continue
+        elif what == "held" and last_gate is not None and last_gate.get("tool") == call.tool \
+                and call.arguments is None:
+            call.arguments = last_gate.get("arguments")
+        elif what == "result" and kind != "conflict" and call._open \
+                and record.get("phase") != "pending_approval":
+            call._open = False
+            ending = call
+            if call.before == HELD:
+                call.resolution = _RESOLVED.get(kind, "unknown") if isinstance(kind, str) \
+                    else "unknown"
+    for call in calls.values():
+        if call.arguments is None:
+            call.arguments = {}  # never ended nor held: decided on the tool alone
+    return list(calls.values())
 
 
 def _open_call(calls: list[RecordedCall], key: tuple[Any, Any, Any],

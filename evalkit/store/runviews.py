@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, time, timezone
 from pathlib import Path
@@ -285,13 +285,32 @@ def _parse_stamp(stamp: str | None) -> datetime | None:
 
 
 def is_refusal(record: Mapping[str, Any]) -> bool:
-    """Whether a ``tool_result`` is governance refusing the call, not the tool failing: the
-    runtime records a denied call as a failed result that never ran (no exit code) whose
-    error is the refusal's sentence, which starts with "denied"."""
+    """Whether a ``tool_result`` is the built-in runtime's governance refusing the call, not
+    the tool failing: a failed result that never ran (no exit code) whose error is the
+    refusal's sentence, which starts with "denied"."""
     error = record.get("error")
     return (record.get("event") == "tool_result" and record.get("ok") is False
             and record.get("exit_code") is None and isinstance(error, str)
             and error.startswith("denied"))
+
+
+def refusals(records: Sequence[Mapping[str, Any]]) -> set[int]:
+    """The positions of the ``tool_result`` records that are governance refusing a call.
+
+    Two writers say it two ways: the built-in runtime as ``is_refusal`` reads; the gate
+    sidecar with a ``governance`` record (``what: result``, ``phase: rejected``) written
+    just before the failed ``tool_call``/``tool_result`` pair that ends the call."""
+    found = set()
+    rejected = False
+    for i, record in enumerate(records):
+        event = record.get("event")
+        if event == "governance" and record.get("what") == "result":
+            rejected = record.get("phase") == "rejected"
+        elif event == "tool_result":
+            if is_refusal(record) or (rejected and record.get("ok") is False):
+                found.add(i)
+            rejected = False
+    return found
 
 
 # -- bounded metadata ---------------------------------------------------------------------
@@ -395,7 +414,7 @@ class _Run:
         task, suite = self._placement()
         inner = self.inner
         meta: dict[str, Any] = {}
-        for key in ("provider", "model", "protocol", "recorder"):
+        for key in ("provider", "model", "protocol", "recorder", "source", "policy_hash"):
             if isinstance(inner.get(key), str):
                 meta[key] = bounded_text(inner[key], 80)
         flags = inner.get("flags") if isinstance(inner.get("flags"), dict) else {}
@@ -437,13 +456,14 @@ class _Run:
         calls = denied = failed = 0
         answer_at: int | None = None
         answer_chars: int | None = None
+        refused = refusals(self.stream.records)
         for i, record in enumerate(self.stream.records):
             event = record.get("event")
             if event == "tool_call":
                 calls += 1
                 used.append(bounded_text(record.get("tool"), 64))
             elif event == "tool_result" and record.get("ok") is False:
-                if is_refusal(record):
+                if i in refused:
                     denied += 1
                 else:
                     failed += 1

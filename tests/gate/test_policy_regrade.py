@@ -227,3 +227,94 @@ def test_a_run_of_no_calls_and_a_torn_run_are_read_not_refused(tmp_path: Path) -
     assert report["totals"]["undetermined"] == 1
     with pytest.raises(EvalkitError, match="does not exist"):
         regrade_policy(tmp_path / "nope", policy)
+
+
+# -- a run of the gate sidecar: its decisions are recorded as governance records ---------------
+
+H = "sha256:" + "c" * 64
+
+
+def _gov(what: str, key: str, tool: str, index: int, **extra: object) -> dict:
+    return {"event": "governance", "index": index, "key": key, "what": what, "tool": tool,
+            **extra}
+
+
+def _decided(key: str, tool: str, index: int, kind: str, phase: str) -> list[dict]:
+    return [_gov("received", key, tool, index, request_id="r-" + key),
+            _gov("decided", key, tool, index, phase=phase, kind=kind, reason="policy said",
+                 digest="sha256:" + "d" * 64, policy_hash=H)]
+
+
+def _end(key: str, tool: str, index: int, kind: str, phase: str, args: dict,
+         ok: bool) -> list[dict]:
+    error = None if ok else f"{kind}: the gate said no"
+    return [_gov("result", key, tool, index, phase=phase, kind=kind, reason="r",
+                 policy_hash=H),
+            {"event": "tool_call", "index": index, "tool": tool, "arguments": args},
+            {"event": "tool_result", "index": index, "tool": tool, "arguments": args, "ok": ok,
+             "exit_code": None, "output": "done" if ok else "", "error": error,
+             "handle": f"g{index}.0", "truncated": False}]
+
+
+def _held(key: str, tool: str, index: int, args: dict) -> list[dict]:
+    return [{"event": "gate_requested", "index": index, "tool": tool, "arguments": args,
+             "reason": "held", "approval_id": "ap_" + key, "digest": "sha256:" + "e" * 64},
+            _gov("held", key, tool, index, kind="requires_approval", approval_id="ap_" + key),
+            _gov("result", key, tool, index, phase="pending_approval",
+                 kind="requires_approval", reason="r", policy_hash=H)]
+
+
+def _sidecar_stream() -> list[dict]:
+    records = [started(gated=["send"], catalogue=[], sandbox="none")]
+    records += [{"event": "step_started", "index": 0}, *_decided("k1", "read", 0, "allowed",
+                                                                  "completed"),
+                _gov("run_tool", "k1", "read", 0, correlation_id="c1"),
+                *_end("k1", "read", 0, "allowed", "completed", {"path": "a"}, True),
+                _gov("received", "k1", "read", 0, request_id="again"),       # a retry ...
+                _gov("replayed", "k1", "read", 0, phase="completed", kind="allowed")]
+    records += [{"event": "step_started", "index": 1},
+                *_decided("k2", "shell", 1, "unknown_tool", "rejected"),
+                *_end("k2", "shell", 1, "unknown_tool", "rejected", {"cmd": "ls"}, False)]
+    records += [{"event": "step_started", "index": 2},
+                *_decided("k3", "send", 2, "requires_approval", "pending_approval"),
+                *_held("k3", "send", 2, {"to": "dana"}),
+                _gov("approval_checked", "k3", "send", 2, detail="signed"),
+                *_end("k3", "send", 2, "approved", "completed", {"to": "dana"}, True)]
+    records += [{"event": "step_started", "index": 3},
+                *_decided("k4", "send", 3, "requires_approval", "pending_approval"),
+                *_held("k4", "send", 3, {"to": "eve"}),
+                *_end("k4", "send", 3, "expired", "rejected", {"to": "eve"}, False)]
+    records += [{"event": "step_started", "index": 4},                  # the same key, other
+                _gov("received", "k1", "read", 4, request_id="x"),   # arguments: a conflict
+                *_end("k1", "read", 4, "conflict", "rejected", {"path": "b"}, False)]
+    records += [{"event": "step_started", "index": 5},
+                *_decided("k5", "send", 5, "requires_approval", "pending_approval"),
+                *_held("k5", "send", 5, {"to": "fay"}),
+                finished("awaiting_approval", steps=6, max_steps=0)]
+    return records
+
+
+def test_a_sidecar_run_is_read_by_its_recorded_decisions_one_call_per_key(
+        tmp_path: Path) -> None:
+    from evalkit.store.runviews import terminal_summary
+
+    run = write_run(tmp_path / "run_sidecar-1",
+                    [envelope(i, r) for i, r in enumerate(_sidecar_stream(), 1)],
+                    meta={"run_id": "run_sidecar-1", "meta": {"policy_hash": H}})
+    calls = recorded_calls(read_events_file(run / "events.jsonl"))
+    assert [(c.tool, c.before, c.resolution, c.arguments, c.policy_hash) for c in calls] == [
+        ("read", "allowed", None, {"path": "a"}, H),
+        ("shell", "denied", None, {"cmd": "ls"}, H),
+        ("send", "held", "approved", {"to": "dana"}, H),
+        ("send", "held", "expired", {"to": "eve"}, H),
+        ("send", "held", "pending", {"to": "fay"}, H)]
+    looser = _policy(tmp_path / "loose.yaml", {"read": {"risk": 0, "reversible": True},
+                                               "shell": {"risk": 0, "reversible": True},
+                                               "send": {"risk": 1, "reversible": True}})
+    report = regrade_policy(run, looser)
+    (row,) = report["runs"]
+    assert row["policy_hash_before"] == H
+    assert report["totals"]["transitions"] == {"denied->allowed": 1, "held->allowed": 3}
+    assert report["totals"]["same"] == 1
+    summary = terminal_summary(run)  # the gate's refusals: unknown tool, expired, conflict
+    assert (summary.tool_calls, summary.denied_calls, summary.failed_calls) == (5, 3, 0)
