@@ -385,8 +385,7 @@ class _Run:
         self.root = root
         self._suites = suites if suites is not None else {}
         self.meta, self.meta_readable = _read_meta(path)
-        self.run_id = str(self.meta.get("run_id")) if layout.is_run_id(
-            str(self.meta.get("run_id"))) else path.name
+        self.run_id = path.name  # what the store and ``runs show`` know the run by
         events = path / layout.EVENTS_FILE
         try:
             self.stream = read_events_file(events)
