@@ -24,6 +24,9 @@ EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 #: Writing failed because the disk, not evalkit, gave out.
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
+#: Where ``LazyGroup`` keeps the invoked command's arguments (in ``ctx.meta``).
+_COMMAND_ARGS = "evalkit.command_args"
+
 #: command name -> ("module:attribute" of its click command, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
     "contract": ("evalkit.commands.contract:contract", "Print the mission stream contract."),
@@ -38,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "approvals": ("evalkit.commands.approvals:approvals", "List and decide gated tool requests."),
     "replay": ("evalkit.commands.replay:replay", "Re-run a recording through the loop, no model."),
     "regrade": ("evalkit.commands.replay:regrade", "Replay every run under a new skill manifest."),
+    "runs": ("evalkit.commands.runs:runs", "List and show recorded runs: records, events, ends."),
     "run": ("evalkit.commands.run:run", "Spawn the agent once per mission, capture, score."),
     "measure": ("evalkit.commands.run:measure", "A suite over a configuration matrix, with stats."),
     "record-corpus": ("evalkit.commands.corpus:record_corpus",
@@ -64,9 +68,17 @@ class LazyGroup(click.Group):
             return None
         from evalkit.extras import require_command
 
-        require_command(name)  # before the import that a missing extra would break
+        # Before the import that a missing extra would break.
+        require_command(name, ctx.meta.get(_COMMAND_ARGS, ()))
         module, _, attr = entry[0].partition(":")
         return getattr(importlib.import_module(module), attr)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        # The command's own arguments, for ``require_command``: a mode of a command may
+        # need no extra (``regrade --policy``).
+        ctx.meta[_COMMAND_ARGS] = tuple(args[1:])
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Listing must not import every command (and the SDKs behind them).

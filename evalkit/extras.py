@@ -14,6 +14,7 @@ evalkit checks for (tests/test_layering.py holds the two to each other).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 
 from evalkit.errors import EvalkitError
 
@@ -48,6 +49,14 @@ NEEDS: dict[str, str] = {
 }
 
 
+#: A flag that lets a command listed in NEEDS run without its extra, because in that
+#: mode it uses none of it: ``regrade --policy`` decides recorded calls again and
+#: replays nothing.
+SPARED_BY: dict[str, str] = {
+    "evalkit regrade": "--policy",
+}
+
+
 def missing(extra: str) -> list[str]:
     """The modules of ``extra`` that cannot be imported here (found, not imported: cheap)."""
     return [name for name in EXTRAS[extra] if not _importable(name)]
@@ -60,10 +69,16 @@ def require(who: str) -> None:
         raise EvalkitError(f"{who} needs the {extra} extra: pip install 'evalkit[{extra}]'")
 
 
-def require_command(name: str) -> None:
-    """Refuse ``evalkit NAME`` when the command needs an extra that is not installed."""
-    if f"evalkit {name}" in NEEDS:
-        require(f"evalkit {name}")
+def require_command(name: str, args: Sequence[str] = ()) -> None:
+    """Refuse ``evalkit NAME`` when the command needs an extra that is not installed
+    (unless ``args``, the command's own, hold the flag of a mode that needs none)."""
+    who = f"evalkit {name}"
+    if who not in NEEDS:
+        return
+    flag = SPARED_BY.get(who)
+    if flag is not None and any(a == flag or a.startswith(flag + "=") for a in args):
+        return
+    require(who)
 
 
 def _importable(name: str) -> bool:

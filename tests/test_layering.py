@@ -14,6 +14,7 @@ for real, by running the commands in a Python where the extras cannot be importe
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -315,6 +316,18 @@ def test_a_command_that_needs_a_missing_extra_names_it(lean, tmp_path: Path,
     done = lean(*CLI, *(a.format(out=out) for a in args))
     assert (done.returncode, done.stderr, done.stdout) == (2, f"Error: {said}\n", "")
     assert not out.exists()  # refused before anything was made
+
+
+def test_regrade_policy_needs_no_extra(lean, tmp_path: Path) -> None:
+    """``regrade --policy`` replays nothing, so it runs where the agent extra is missing;
+    the replaying regrade is still refused there in one sentence."""
+    done = lean(*CLI, "regrade", "recordings/stub/good", "--policy",
+                "evalkit/data/policy.example.yaml", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["totals"]["runs"] == 12
+    done = lean(*CLI, "regrade", "recordings/stub/good", "--out", tmp_path / "o",
+                "--skill", "--policy")  # "--policy" only as another option's value
+    assert (done.returncode, done.stderr) == (2, f"Error: evalkit regrade {AGENT}\n")
 
 
 # -- no import cycles ---------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 Exit codes: 0 the replay ran (drift and running off the end are reported,
 not failures), 1 no event was written (replay) or a run could not be
 replayed (regrade), 2 usage or a refusal to start, 3 the loop crashed.
+``regrade --policy`` replays nothing (``evalkit.gate.policy_regrade``): 0, or 1
+with ``--fail-on-change`` when a recorded decision would change.
 """
 
 from __future__ import annotations
@@ -75,19 +77,49 @@ def replay(ctx: click.Context, run: str, skills: tuple[str, ...], tools: str,
 @click.argument("source", metavar="DIR", type=click.Path(path_type=Path))
 @click.option("--skill", "skills", metavar="PATH", multiple=True,
               help="The new skill manifest(s) every run is replayed under (repeatable).")
-@click.option("--out", required=True, type=click.Path(path_type=Path),
-              help="A new folder: one replayed run per input, at the same relative place.")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="A new folder: one replayed run per input, at the same relative place "
+                   "(required unless --policy).")
 @click.option("--jobs", type=click.IntRange(min=1), metavar="N",
               help="Worker processes (default: one per CPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the regrade report as JSON.")
 @click.option("--pricing", type=click.Path(path_type=Path), metavar="FILE",
               help="Price every replayed call from its recorded tokens at this file's prices "
                    "(the recordings are only read).")
+@click.option("--policy", type=click.Path(path_type=Path), metavar="NEW.yaml",
+              help="Replay nothing: decide every recorded tool call again under this gate "
+                   "policy and show what it would have allowed, held or denied.")
+@click.option("--grant", "grants", metavar="SCOPE", multiple=True,
+              help="With --policy: the scopes the caller holds (repeatable); without it "
+                   "scopes are not checked.")
+@click.option("--changed-only", is_flag=True, help="With --policy: list only changed calls.")
+@click.option("--fail-on-change", is_flag=True,
+              help="With --policy: exit 1 when any decision would change.")
 @click.pass_context
-def regrade(ctx: click.Context, source: Path, skills: tuple[str, ...], out: Path,
-            jobs: int | None, as_json: bool, pricing: Path | None) -> None:
-    """Replay every run under DIR with a new skill manifest, so `score --runs OUT` re-grades it."""
+def regrade(ctx: click.Context, source: Path, skills: tuple[str, ...], out: Path | None,
+            jobs: int | None, as_json: bool, pricing: Path | None, policy: Path | None,
+            grants: tuple[str, ...], changed_only: bool, fail_on_change: bool) -> None:
+    """Replay every run under DIR with a new skill manifest, so `score --runs OUT` re-grades it;
+    or, with --policy, show what a new gate policy would have decided for every recorded call."""
     import json
+
+    from evalkit.errors import EvalkitError
+
+    if policy is not None:
+        if out is not None or skills or pricing is not None or jobs is not None:
+            raise EvalkitError("--policy decides the recorded calls again and replays "
+                               "nothing: --out, --skill, --pricing and --jobs do not apply")
+        _regrade_policy(ctx, source, policy, grants, as_json, changed_only, fail_on_change)
+        return
+    if grants or changed_only or fail_on_change:
+        raise EvalkitError("--grant, --changed-only and --fail-on-change go with --policy")
+    if out is None:
+        raise EvalkitError("regrade needs --out (a new folder for the replays), or --policy "
+                           "NEW.yaml to decide the recorded calls again")
+
+    from evalkit.extras import require
+
+    require("evalkit regrade")  # the replays need the runtime (--policy, above, does not)
 
     from evalkit.runtime.regrade import REPORT_FILE, find_runs
     from evalkit.runtime.regrade import regrade as regrade_folder
@@ -107,6 +139,22 @@ def regrade(ctx: click.Context, source: Path, skills: tuple[str, ...], out: Path
             click.echo(line)
         click.echo(f"report: {out / REPORT_FILE}")
     ctx.exit(EXIT_FAILED if report["totals"]["failed"] else EXIT_OK)
+
+
+def _regrade_policy(ctx: click.Context, source: Path, policy: Path, grants: tuple[str, ...],
+                    as_json: bool, changed_only: bool, fail_on_change: bool) -> None:
+    """``regrade --policy``: exit 0, or 1 with ``--fail-on-change`` when a decision moved."""
+    import json
+
+    from evalkit.gate.policy_regrade import regrade_policy, report_lines
+
+    report = regrade_policy(source, policy, granted_scopes=list(grants) if grants else None)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        for line in report_lines(report, changed_only=changed_only):
+            click.echo(line)
+    ctx.exit(EXIT_FAILED if fail_on_change and report["totals"]["changed"] else EXIT_OK)
 
 
 def regrade_lines(report: dict[str, Any]) -> list[str]:
