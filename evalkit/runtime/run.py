@@ -41,9 +41,12 @@ from evalkit.runtime.inflight import OutOfTime, within
 from evalkit.runtime.protocol import Answer, Call, Protocol, Rejection, make_protocol
 from evalkit.runtime.usage import UsageLedger, counters
 from evalkit.runtime.waits import ModelUnavailable, WaitPolicy, call_with_waits
+from evalkit.store.layout import CERTIFICATES_FILE
 from evalkit.store.runstore import now_iso
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from evalkit.grounding import Grammar
     from evalkit.pricing import Pricing
     from evalkit.runtime.control import ControlChannel
@@ -643,6 +646,7 @@ class Run:
                 self._writer.update_meta(outcome=finish.outcome, reason=finish.reason,
                                          steps=self._counter.taken, elapsed_s=elapsed, **extra)
             finally:
+                self._writer.before_seal = _certify
                 self._writer.close()
         except RecordingFailed as exc:
             self._unrecorded = self._unrecorded or exc.message
@@ -655,6 +659,18 @@ class Run:
 
     def _names(self) -> list[str]:
         return [tool["name"] for tool in self._catalogue]
+
+
+def _certify(run_dir: Path) -> None:
+    """Issue the run's certificates as it closes, before its seal (so the seal lists them).
+    A run whose certificates cannot be issued still closes: ``evalkit verify
+    --certificates`` then says it has none, and ``--issue`` can write them later."""
+    from evalkit.gate.certificates import issue
+
+    try:
+        issue(run_dir)
+    except Exception:  # noqa: BLE001 - a certificate is never worth the recording
+        (run_dir / CERTIFICATES_FILE).unlink(missing_ok=True)
 
 
 #: What a call still running when the mission's seconds ran out left in the record.
