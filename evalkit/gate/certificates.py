@@ -37,13 +37,13 @@ from typing import Any
 
 from evalkit import signals
 from evalkit.errors import EvalkitError
+from evalkit.gate.approval import request_digest
 from evalkit.grounding import Grammar, evidence_from_records, validate
-from evalkit.redact import redact_obj
 from evalkit.store import layout
 from evalkit.store.reader import file_bytes, parse_bytes, parse_line
 from evalkit.store.replace import replace_file
 from evalkit.store.runstore import now_iso
-from evalkit.store.signing import call_digest, canonical
+from evalkit.store.signing import canonical
 
 VERSION = 1
 HOLDS, VIOLATED = "holds", "violated"
@@ -103,12 +103,6 @@ def _approval_select(source: str, record: Mapping[str, Any]) -> bool:
 def _approval_parameters(records: Records) -> dict[str, Any]:
     return {"binding": "sha256 of RFC 8785 {tool, arguments (redacted)}",
             "refused": "ok false, exit_code null, error beginning 'denied'"}
-
-
-def request_digest(tool: Any, arguments: Any) -> str:
-    """The digest a gate and its decision name (the runtime's ``request_digest``, from the
-    same parts: ``call_digest`` over the redacted arguments)."""
-    return call_digest(tool, redact_obj(arguments))
 
 
 def refused(record: Mapping[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evalkit.cli import main
+from evalkit.gate.approval import request_digest
 from evalkit.gate.certificates import (
     HOLDS,
     THEOREMS,
@@ -21,7 +22,6 @@ from evalkit.gate.certificates import (
     check,
     issue,
     recompute,
-    request_digest,
 )
 from evalkit.store.runstore import RunWriter
 from evalkit.store.seal import VERIFIED, Checker
