@@ -88,7 +88,9 @@ def _certificates(paths: tuple[Path, ...], issue: bool, as_json: bool) -> int:
         counts["none" if held is None else "broken" if problems else "certified"] += 1
         if as_json:
             click.echo(json.dumps({"path": shown, "certificates": word,
-                                   "held": len(held or []), "problems": problems},
+                                   "verdicts": {str(c.get("theorem")): c.get("verdict")
+                                                for c in held or []},
+                                   "problems": problems},
                                   ensure_ascii=False))
         elif problems:
             for problem in problems:
@@ -96,7 +98,9 @@ def _certificates(paths: tuple[Path, ...], issue: bool, as_json: bool) -> int:
         elif held is None:
             click.echo(f"no certificates  {shown}")
         else:
-            click.echo(f"certified  {shown} ({len(held)} certificates)")
+            violated = [str(c.get("theorem")) for c in held if c.get("verdict") != "holds"]
+            said = f"; violated: {', '.join(violated)}" if violated else "; every theorem holds"
+            click.echo(f"certified  {shown} ({len(held)} certificates{said})")
     if not as_json:
         click.echo(f"{counts['certified']} certified, {counts['broken']} broken, "
                    f"{counts['none']} without certificates", err=True)

@@ -136,7 +136,7 @@ def _approval_decide(records: Records, parameters: Mapping[str, Any]
                                  "index": record.get("index"), "why": why})
     evidence: dict[str, Any] = {"gated_executions": executed, "uncovered": len(problems)}
     if problems:
-        evidence["first"] = problems[:EVIDENCE_ITEMS]
+        evidence["calls"] = problems[:EVIDENCE_ITEMS]
         return VIOLATED, evidence
     return HOLDS, evidence
 

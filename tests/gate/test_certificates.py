@@ -83,7 +83,7 @@ def test_a_plain_run_holds_every_theorem_and_verifies(tmp_path: Path) -> None:
     assert recompute(run) == []
     done = verify(str(run))
     assert done.exit_code == 0, done.output
-    assert f"certified  {run} (3 certificates)" in done.output
+    assert f"certified  {run} (3 certificates; every theorem holds)" in done.output
 
 
 def test_stagnation_is_violated_by_a_run_going_in_circles(tmp_path: Path) -> None:
@@ -94,6 +94,12 @@ def test_stagnation_is_violated_by_a_run_going_in_circles(tmp_path: Path) -> Non
     assert cert["parameters"] == {"thresholds": {"repeat": 3, "rejected": 3,
                                                  "oscillation": 4, "idle": 4}}
     assert recompute(run) == []  # violated, and honestly so: the certificate holds up
+    done = verify("--json", str(run))
+    assert done.exit_code == 0
+    said = json.loads(done.output.splitlines()[-1])
+    assert said["certificates"] == "certified" and said["problems"] == []
+    assert said["verdicts"]["stagnation_windowed"] == VIOLATED
+    assert "(3 certificates; violated: stagnation_windowed)" in verify(str(run)).output
 
 
 def test_a_gated_call_needs_a_gate_asking_for_exactly_it(tmp_path: Path) -> None:
@@ -107,7 +113,7 @@ def test_a_gated_call_needs_a_gate_asking_for_exactly_it(tmp_path: Path) -> None
         cert = {c["theorem"]: c for c in issue(make_run(tmp_path, records, name))}[
             "no_irreversible_without_approval"]
         assert cert["verdict"] == VIOLATED, name
-        assert why in cert["evidence"]["first"][-1]["why"], name
+        assert why in cert["evidence"]["calls"][-1]["why"], name
 
 
 def test_a_gate_whose_digest_is_not_of_its_own_call_vouches_for_nothing(tmp_path: Path) -> None:
