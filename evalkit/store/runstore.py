@@ -254,11 +254,15 @@ def _last_number(path: Path, key: str) -> int:
 
 
 def _unseal(run_dir: Path, signer: Signer | None) -> None:
-    """Check a sealed run about to be reopened, then drop its seal (it is open again)."""
+    """Check a sealed run about to be reopened, then drop its seal and certificates (it is
+    open again)."""
     from evalkit.store.seal import Checker
 
     manifest = run_dir / layout.MANIFEST_FILE
+    # Its certificates were of the closed run; the next close issues them anew.
+    certificates = run_dir / layout.CERTIFICATES_FILE
     if not manifest.exists():
+        certificates.unlink(missing_ok=True)
         return
     trust = Trust.local()
     if signer is not None:
@@ -267,8 +271,7 @@ def _unseal(run_dir: Path, signer: Signer | None) -> None:
     if check.tampered:
         raise EvalkitError(f"run {run_dir.name} cannot be continued: {check.reason()}.")
     manifest.unlink()
-    # Its certificates were of the closed run; the next close issues them anew.
-    (run_dir / layout.CERTIFICATES_FILE).unlink(missing_ok=True)
+    certificates.unlink(missing_ok=True)
 
 
 def _take_lock(path: Path, run_id: str) -> int:
@@ -330,6 +333,11 @@ class RunWriter:
         #: Called with the run directory once its files are closed and before it is sealed
         #: (the runtime issues the run's certificates there, so the seal lists them).
         self.before_seal: Callable[[Path], None] | None = None
+
+    @property
+    def durable(self) -> bool:
+        """Whether this writer fsyncs what it writes (False only for remade runs)."""
+        return self._durable
 
     @property
     def last_seq(self) -> int:
