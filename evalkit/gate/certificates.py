@@ -409,8 +409,12 @@ def _broken(theorem: Theorem, cert: Mapping[str, Any], records: Records,
     picked = _pick(theorem, records)
     inputs = _inputs(picked)
     stated = cert.get("inputs")
-    if not isinstance(stated, dict) or set(stated) != set(inputs):
-        return "its inputs name other sources than the theorem reads"
+    if not isinstance(stated, dict):
+        return "it names no inputs"
+    for source in sorted(set(stated) - set(inputs)):
+        return f"the {source} records it was computed from are gone"
+    for source in sorted(set(inputs) - set(stated)):
+        return f"the {source} records (lines {inputs[source]['lines']}) were not among its inputs"
     parameters = theorem.parameters(picked)
     for source, now in inputs.items():
         was = stated[source]

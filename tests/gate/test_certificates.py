@@ -311,3 +311,29 @@ def test_recompute_of_what_was_issued_always_holds(records: list[dict[str, Any]]
     numbered = {"events": list(enumerate(records, start=1)), "tools": []}
     certs = json.loads(json.dumps(certify_all(numbered, RUN)))  # as read back from the file
     assert check(certs, numbered, RUN) == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(streams(), st.data())
+def test_a_changed_input_record_breaks_every_certificate_that_read_it(
+        records: list[dict[str, Any]], data: st.DataObject) -> None:
+    numbered = {"events": list(enumerate(records, start=1)), "tools": []}
+    certs = json.loads(json.dumps(certify_all(numbered, RUN)))
+    at = data.draw(st.integers(0, len(records) - 1))
+    changed = [dict(r) for r in records]
+    changed[at]["tampered"] = True  # one more key: a byte added to that line
+    found = check(certs, {"events": list(enumerate(changed, start=1)), "tools": []}, RUN)
+    readers = {name for name, theorem in THEOREMS.items()
+               if theorem.select("events", records[at])}
+    assert {f.theorem for f in found} == readers
+    assert all(") changed; " in f.why for f in found)
+
+
+def test_a_deleted_catalogue_is_named(tmp_path: Path) -> None:
+    run = make_run(tmp_path, good_run())
+    (run / "tools.jsonl").write_text(json.dumps({"call": 0, "catalogue": [
+        {"name": "mcp.add", "code": False}]}) + "\n")
+    issue(run)
+    (run / "tools.jsonl").unlink()
+    assert [str(f) for f in recompute(run)] == [
+        "figures_traced: the tools records it was computed from are gone"]
