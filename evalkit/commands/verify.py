@@ -72,6 +72,7 @@ def verify(paths: tuple[Path, ...], trust_files: tuple[Path, ...], require_signe
 def _certificates(paths: tuple[Path, ...], issue: bool, as_json: bool) -> int:
     """One line per run folder: certified, certificate broken, or no certificates; returns
     how many runs hold a broken certificate."""
+    from evalkit.errors import EvalkitError
     from evalkit.gate.certificates import issue as issue_run
     from evalkit.gate.certificates import read_certificates, recompute, runs_under
 
@@ -80,7 +81,11 @@ def _certificates(paths: tuple[Path, ...], issue: bool, as_json: bool) -> int:
     for run in runs:
         shown = os.path.relpath(run) if run.absolute().is_relative_to(Path.cwd()) else str(run)
         if issue and read_certificates(run) is None:
-            issue_run(run)
+            try:
+                issue_run(run)
+            except OSError as exc:
+                raise EvalkitError(f"cannot write the certificates of {shown}: "
+                                   f"{exc.strerror or exc}.") from None
         held = read_certificates(run)
         problems = [str(f) for f in recompute(run)] if held is not None else []
         word = "no certificates" if held is None else (

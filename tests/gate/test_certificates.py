@@ -5,9 +5,11 @@ before the seal, and recompute(issue(run)) holding for generated streams."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -337,3 +339,16 @@ def test_a_deleted_catalogue_is_named(tmp_path: Path) -> None:
     (run / "tools.jsonl").unlink()
     assert [str(f) for f in recompute(run)] == [
         "figures_traced: the tools records it was computed from are gone"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_run_folder_that_refuses_the_file_is_one_sentence(tmp_path: Path) -> None:
+    run = make_run(tmp_path, good_run())
+    run.chmod(0o555)
+    try:
+        done = verify("--issue", str(run))
+    finally:
+        run.chmod(0o755)
+    assert done.exit_code != 0
+    assert f"cannot write the certificates of {run}" in done.output
+    assert "Traceback" not in done.output
