@@ -49,7 +49,7 @@ import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ from evalkit.gate.approval import APPROVE, signed_problem
 from evalkit.gate.policy import ALLOWED as _ALLOWED_OUTCOME
 from evalkit.gate.policy import DENIED as _DENIED_OUTCOME
 from evalkit.gate.policy import HELD as _HELD_OUTCOME
-from evalkit.gate.policy import Decision, Policy
+from evalkit.gate.policy import Decision, Policy, decide
 from evalkit.redact import redact_obj
 from evalkit.store import signing
 
@@ -328,10 +328,7 @@ class Ledger:
         with self._write() as conn:
             action = self._row(conn, key)
             if action.state != PROPOSED:
-                if action.kind == decision.kind and action.state in _after(target):
-                    return action  # the same decision, applied again
-                raise LedgerError(f"action {key} is {action.state}; only a proposed action "
-                                  "is decided")
+                return action  # decided already (by a concurrent caller): the first stands
             if decision.policy_hash != action.policy_hash:
                 raise LedgerError(f"action {key} was proposed under policy "
                                   f"{action.policy_hash}; a decision by {decision.policy_hash} "
@@ -610,13 +607,28 @@ def _action(conn: sqlite3.Connection, row: tuple[Any, ...]) -> Action:
     return Action(**data)
 
 
-def _after(state: str) -> set[str]:
-    """Every state reachable from ``state`` (itself included)."""
-    seen, todo = set(), [state]
-    while todo:
-        current = todo.pop()
-        if current not in seen:
-            seen.add(current)
-            todo.extend(TRANSITIONS.get(current, ()))
-    return seen
+def govern(book: Ledger, key: str, tool: str, arguments: Any, policy: Policy,
+           call: Callable[[], Any], *, run_id: str | None = None,
+           granted_scopes: Iterable[str] | None = None, wait: float = 10.0) -> Action:
+    """Propose, decide, and — when allowed or approved — run ``call`` at most once.
+
+    The action as it ends up: completed or failed by this caller or another one
+    (waited for at most ``wait`` seconds), or held, denied, expired or
+    ``outcome_unknown`` without running anything. ``call`` raising an ``Exception``
+    is the tool failing (recorded ``failed``); anything else escaping leaves the
+    action started, for :meth:`Ledger.recover` to settle.
+    """
+    action = book.propose(key, tool, arguments, policy_hash=policy.hash, run_id=run_id)
+    if action.state == PROPOSED:
+        action = book.decide(key, decide(policy, tool, arguments,
+                                         granted_scopes=granted_scopes))
+    if action.state not in (ALLOWED, APPROVED):
+        return book.wait(key, wait) if action.state == STARTED else action
+    if book.start(key) is None:
+        return book.wait(key, wait) or action
+    try:
+        result = call()
+    except Exception as exc:
+        return book.fail(key, f"{type(exc).__name__}: {exc}")
+    return book.complete(key, result)
 

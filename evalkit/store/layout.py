@@ -30,6 +30,9 @@ MANIFEST_FILE = "manifest.json"
 #: run's seal stays exactly as the run left it.
 JUDGE_DIR = "judge"
 JUDGE_FILE = "judge.jsonl"
+#: Certificates of a run's named invariants (``evalkit.gate.certificates``): written as the
+#: run closes, before its seal, so the seal lists them; each one recomputes from the run.
+CERTIFICATES_FILE = "certificates.jsonl"
 
 RUNS_ENV = "EVALKIT_RUNS"
 RECORD_NOTHING = ("none", "off")

@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -253,11 +254,15 @@ def _last_number(path: Path, key: str) -> int:
 
 
 def _unseal(run_dir: Path, signer: Signer | None) -> None:
-    """Check a sealed run about to be reopened, then drop its seal (it is open again)."""
+    """Check a sealed run about to be reopened, then drop its seal and certificates (it is
+    open again)."""
     from evalkit.store.seal import Checker
 
     manifest = run_dir / layout.MANIFEST_FILE
+    # Its certificates were of the closed run; the next close issues them anew.
+    certificates = run_dir / layout.CERTIFICATES_FILE
     if not manifest.exists():
+        certificates.unlink(missing_ok=True)
         return
     trust = Trust.local()
     if signer is not None:
@@ -266,6 +271,7 @@ def _unseal(run_dir: Path, signer: Signer | None) -> None:
     if check.tampered:
         raise EvalkitError(f"run {run_dir.name} cannot be continued: {check.reason()}.")
     manifest.unlink()
+    certificates.unlink(missing_ok=True)
 
 
 def _take_lock(path: Path, run_id: str) -> int:
@@ -324,6 +330,14 @@ class RunWriter:
         self._tools = _AppendFile(self.path / layout.TOOLS_FILE, fsync=durable,
                                   flusher=self._flusher)
         self._closed = False
+        #: Called with the run directory once its files are closed and before it is sealed
+        #: (the runtime issues the run's certificates there, so the seal lists them).
+        self.before_seal: Callable[[Path], None] | None = None
+
+    @property
+    def durable(self) -> bool:
+        """Whether this writer fsyncs what it writes (False only for remade runs)."""
+        return self._durable
 
     @property
     def last_seq(self) -> int:
@@ -412,6 +426,8 @@ class RunWriter:
                 self._flusher.close()  # the call logs are on disk before their fds close
                 for file in (self._events, self._model, self._tools):
                     file.close()
+                if self.before_seal is not None:
+                    self.before_seal(self.path)
                 if self._signer is not None:
                     self._seal()
             finally:

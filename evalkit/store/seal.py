@@ -159,7 +159,8 @@ def write_manifest(folder: Path, files: Mapping[str, dict[str, Any]], signer: Si
 def seal_run(run_dir: Path, signer: Signer, *, fsync: bool = True) -> dict[str, Any]:
     """Seal a run directory of the store: its stream, meta and call logs."""
     files = {}
-    for name in (layout.EVENTS_FILE, layout.META_FILE, layout.MODEL_FILE, layout.TOOLS_FILE):
+    for name in (layout.EVENTS_FILE, layout.META_FILE, layout.MODEL_FILE, layout.TOOLS_FILE,
+                 layout.CERTIFICATES_FILE):
         path = run_dir / name
         if path.is_file():
             files[name] = entry_of(_read(path), chained=name.endswith(".jsonl"))
