@@ -197,6 +197,16 @@ def test_a_late_consume_is_refused_and_fails_the_lease(store: CheckpointStore,
     assert store.get("c2") is None  # a late lease writes no successor
 
 
+def test_a_late_consume_without_a_successor_is_refused(store: CheckpointStore,
+                                                       clock: Clock) -> None:
+    store.save_pending("c1", RUN, DEF, b"s", clock.now + 3600)
+    lease = _lease(store, seconds=30)
+    clock.now += 30
+    with pytest.raises(CheckpointRefused, match="ran out"):
+        store.consume(lease)
+    assert store.get("c1").failure_code == "lease_expired"  # type: ignore[union-attr]
+
+
 def test_expire_due_ends_overdue_pending_and_leased(store: CheckpointStore,
                                                     clock: Clock) -> None:
     store.save_pending("c1", RUN, DEF, b"s", clock.now + 10)
