@@ -28,6 +28,7 @@ Why each rule:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -251,7 +252,8 @@ class CheckpointStore:
             plain = unseal(self.keys, envelope, identity(lease.checkpoint_id, lease.run_id,
                                                        lease.definition_hash))
         except SealError:
-            self.fail(lease, "decrypt_failed")
+            with contextlib.suppress(CheckpointRefused):  # it may have run out meanwhile
+                self.fail(lease, "decrypt_failed")
             raise
         return _unframe(plain)
 
@@ -310,6 +312,34 @@ class CheckpointStore:
                          "envelope=NULL, closed_at=? WHERE state='leased' AND lease_deadline<=?",
                          (now, now))
         return due
+
+    def approve_and_resume(self, checkpoint_id: str, *, run_id: str, definition_hash: str,
+                           operator: str, audit_ref: str, lease_seconds: float,
+                           resume: Callable[[bytes | dict[str, Any]], Successor | None]) -> None:
+        """The whole release, as a host runs it: lease, open, ``resume``, consume.
+
+        ``resume`` gets the paused state and returns the checkpoint it paused at again,
+        or None when it finished. Whatever it raises fails the lease with a code
+        (``resume_failed``; ``operator_aborted`` on Ctrl-C) and is raised again: the
+        checkpoint is never resumed a second time, since the first may have acted.
+        """
+        lease = self.approve_and_lease(checkpoint_id, run_id=run_id,
+                                       definition_hash=definition_hash, operator=operator,
+                                       audit_ref=audit_ref, lease_seconds=lease_seconds)
+        payload = self.open(lease)
+        try:
+            successor = resume(payload)
+        except BaseException as exc:
+            code = "operator_aborted" if isinstance(exc, KeyboardInterrupt) else "resume_failed"
+            with contextlib.suppress(CheckpointRefused):
+                self.fail(lease, code)
+            raise
+        try:
+            self.consume(lease, successor)
+        except Exception:  # the successor could not be written; a lease that ran out is failed
+            with contextlib.suppress(CheckpointRefused):
+                self.fail(lease, "successor_failed")
+            raise
 
     # -- reads --------------------------------------------------------------------------
 

@@ -390,3 +390,50 @@ def test_the_table_refuses_ciphertext_in_a_terminal_row(store: CheckpointStore,
 
 def test_the_database_is_private(store: CheckpointStore) -> None:
     assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+
+
+def test_approve_and_resume_consumes_with_the_successor(store: CheckpointStore,
+                                                        clock: Clock) -> None:
+    store.save_pending("c1", RUN, DEF, {"step": 1}, clock.now + 60)
+    seen: list[Any] = []
+
+    def resume(payload: Any) -> Successor:
+        seen.append(payload)
+        return Successor("c2", {"step": 2}, clock.now + 60)
+
+    store.approve_and_resume("c1", run_id=RUN, definition_hash=DEF, operator="ana",
+                             audit_ref="a", lease_seconds=60, resume=resume)
+    assert seen == [{"step": 1}]
+    assert store.get("c1").state == "consumed"  # type: ignore[union-attr]
+    assert store.get("c2").state == "pending"  # type: ignore[union-attr]
+
+
+def test_a_resume_that_raises_fails_the_lease_with_a_code_not_its_message(
+        store: CheckpointStore, clock: Clock) -> None:
+    store.save_pending("c1", RUN, DEF, b"s", clock.now + 60)
+
+    def resume(payload: Any) -> None:
+        raise RuntimeError("the model said: api_key=sk-123")
+
+    with pytest.raises(RuntimeError):
+        store.approve_and_resume("c1", run_id=RUN, definition_hash=DEF, operator="ana",
+                                 audit_ref="a", lease_seconds=60, resume=resume)
+    row = store.get("c1")
+    assert row is not None and (row.state, row.failure_code) == ("failed", "resume_failed")
+    conn = sqlite3.connect(store.path)
+    dump = "\n".join(conn.iterdump())
+    conn.close()
+    assert "sk-123" not in dump
+    with pytest.raises(CheckpointRefused, match="already failed"):
+        _lease(store)
+
+
+def test_a_successor_that_cannot_be_written_fails_the_lease(store: CheckpointStore,
+                                                            clock: Clock) -> None:
+    store.save_pending("c1", RUN, DEF, b"s", clock.now + 60)
+    with pytest.raises(EvalkitError, match="would expire before it is saved"):
+        store.approve_and_resume("c1", run_id=RUN, definition_hash=DEF, operator="ana",
+                                 audit_ref="a", lease_seconds=60,
+                                 resume=lambda _: Successor("c2", b"x", clock.now - 1))
+    assert store.get("c1").failure_code == "successor_failed"  # type: ignore[union-attr]
+    assert store.get("c2") is None
