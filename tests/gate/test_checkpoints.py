@@ -309,8 +309,7 @@ print("not killed", flush=True)
 """
 
 
-def test_a_crash_between_successor_and_consume_leaves_the_successor_and_no_second_use(
-        tmp_path: Path, keys: KeyProvider) -> None:
+def _killed_after_successor(tmp_path: Path, keys: KeyProvider) -> tuple[Path, Lease]:
     path = tmp_path / "governance.sqlite"
     env = {**os.environ, FAULT_ENV: "after_successor",
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -318,7 +317,12 @@ def test_a_crash_between_successor_and_consume_leaves_the_successor_and_no_secon
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert "not killed" not in proc.stdout
-    lease = Lease(**json.loads(proc.stdout.splitlines()[0]))
+    return path, Lease(**json.loads(proc.stdout.splitlines()[0]))
+
+
+def test_a_crash_between_successor_and_consume_leaves_the_successor_and_no_second_use(
+        tmp_path: Path, keys: KeyProvider) -> None:
+    path, lease = _killed_after_successor(tmp_path, keys)
     clock = Clock(lease.deadline - 1)
     store = CheckpointStore(path, keys=keys, clock=clock)
     assert store.get("c1").state == "leased"  # type: ignore[union-attr]
@@ -333,6 +337,18 @@ def test_a_crash_between_successor_and_consume_leaves_the_successor_and_no_secon
         store.consume(lease)
     assert store.get("c1").failure_code == "lease_expired"  # type: ignore[union-attr]
     assert store.open(_lease(store, "c2")) == b"next"
+
+
+def test_the_lease_holder_retrying_consume_after_a_crash_finishes_once(
+        tmp_path: Path, keys: KeyProvider) -> None:
+    path, lease = _killed_after_successor(tmp_path, keys)
+    clock = Clock(lease.deadline - 1)
+    store = CheckpointStore(path, keys=keys, clock=clock)
+    store.consume(lease, Successor("c2", b"ignored: already written", clock.now + 60))
+    assert store.get("c1").successor == "c2"  # type: ignore[union-attr]
+    assert store.open(_lease(store, "c2")) == b"next"  # the first write stands
+    with pytest.raises(CheckpointRefused, match="is consumed, not leased"):
+        store.consume(lease, Successor("c2", b"x", clock.now + 60))
 
 
 def test_failure_codes_are_bounded(store: CheckpointStore, clock: Clock) -> None:
