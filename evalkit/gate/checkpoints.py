@@ -29,6 +29,7 @@ Why each rule:
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets
 import signal
@@ -156,7 +157,10 @@ class Checkpoint:
 
 
 def _seconds(when: float | datetime) -> float:
-    return when.timestamp() if isinstance(when, datetime) else float(when)
+    seconds = when.timestamp() if isinstance(when, datetime) else float(when)
+    if not math.isfinite(seconds):
+        raise EvalkitError(f"a checkpoint's expiry must be a finite time, not {when}")
+    return seconds
 
 
 def _text(name: str, value: Any) -> str:
@@ -281,6 +285,8 @@ class CheckpointStore:
                audit_ref: str | None = None) -> None:
         """An operator's no: pending -> rejected. The payload is dropped, never opened."""
         _text("operator", operator)
+        if audit_ref is not None:
+            _text("audit reference", audit_ref)
         if reason_code not in REJECT_CODES:
             raise EvalkitError(f"{reason_code!r:.40} is not a rejection code; use one of "
                                f"{', '.join(REJECT_CODES)}")
@@ -423,15 +429,16 @@ class CheckpointStore:
     def _lease_problem(self, conn: sqlite3.Connection, lease: Lease,
                        now: float) -> CheckpointRefused | None:
         """Why ``lease`` is not live now, or None; a lease found past its deadline fails here."""
-        row = conn.execute("SELECT state, lease_token, lease_deadline FROM checkpoints "
-                           "WHERE id=?", (lease.checkpoint_id,)).fetchone()
+        row = conn.execute("SELECT state, lease_token, lease_deadline, run_id, definition_hash "
+                           "FROM checkpoints WHERE id=?", (lease.checkpoint_id,)).fetchone()
         cid = lease.checkpoint_id
         if row is None:
             return CheckpointRefused("unknown", f"there is no checkpoint {cid}")
-        state, token, deadline = row
+        state, token, deadline, run_id, definition_hash = row
         if state != "leased":
             return CheckpointRefused("not_leased", f"checkpoint {cid} is {state}, not leased")
-        if not secrets.compare_digest(str(token), lease.token):
+        if not secrets.compare_digest(str(token), str(lease.token)) \
+                or (run_id, definition_hash) != (lease.run_id, lease.definition_hash):
             return CheckpointRefused("lease_mismatch", f"checkpoint {cid} is leased, but not "
                                      "by this lease")
         if deadline <= now:

@@ -378,7 +378,11 @@ def test_a_forged_lease_is_refused(store: CheckpointStore, clock: Clock) -> None
         store.open(forged)
     with pytest.raises(CheckpointRefused, match="not by this lease"):
         store.consume(forged)
+    moved = Lease(**{**asdict(real), "run_id": "run-2"})  # the real token, another run
+    with pytest.raises(CheckpointRefused, match="not by this lease"):
+        store.consume(moved, Successor("c2", b"x", clock.now + 60))
     assert store.get("c1").state == "leased"  # type: ignore[union-attr]
+    assert store.get("c2") is None
 
 
 def test_reject_never_decrypts(store: CheckpointStore, keys: KeyProvider, clock: Clock) -> None:
