@@ -154,7 +154,8 @@ class KeyProvider:
     def _locked(self) -> Iterator[None]:
         """One maker of keys at a time, across processes (two first uses agree on one key)."""
         try:
-            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # keys/, if new
+            self.folder.mkdir(exist_ok=True, mode=0o700)
             os.chmod(self.folder, 0o700)
             fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:

@@ -94,6 +94,7 @@ def test_changed_key_material_is_named_not_reported_as_tampering(keys: KeyProvid
 
 def test_key_files_are_private(keys: KeyProvider) -> None:
     kid = keys.rotate()
+    assert stat.S_IMODE(keys.folder.parent.stat().st_mode) == 0o700  # keys/, made here
     assert stat.S_IMODE(keys.folder.stat().st_mode) == 0o700
     assert stat.S_IMODE((keys.folder / f"{kid}.key").stat().st_mode) == 0o600
     assert stat.S_IMODE((keys.folder / "ACTIVE").stat().st_mode) == 0o600
@@ -138,3 +139,14 @@ def test_keys_rotate_and_list_commands(monkeypatch: pytest.MonkeyPatch, tmp_path
         assert material not in listed.output
     text = runner.invoke(main, ["keys", "list"])
     assert f"{kid2}  " in text.output and "active" in text.output and material not in text.output
+
+
+def test_a_state_folder_that_cannot_hold_keys_is_one_sentence(tmp_path: Path) -> None:
+    from evalkit.cli import main
+
+    (tmp_path / "file").write_text("")
+    result = CliRunner().invoke(main, ["keys", "rotate"],
+                                env={"EVALKIT_HOME": str(tmp_path / "file")})
+    assert result.exit_code == 2
+    assert result.output.startswith("Error: cannot create the checkpoint keys in ")
+    assert "Traceback" not in result.output
