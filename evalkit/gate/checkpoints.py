@@ -225,7 +225,8 @@ class CheckpointStore:
         """An authenticated operator's yes: pending -> leased, for exactly one caller."""
         _text("operator", operator)
         _text("audit reference", audit_ref)
-        if not 0 < lease_seconds <= MAX_LEASE_SECONDS:
+        if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int | float) \
+                or not 0 < lease_seconds <= MAX_LEASE_SECONDS:
             raise EvalkitError(f"a lease lasts more than 0 and at most {MAX_LEASE_SECONDS} "
                                f"seconds, not {lease_seconds}")
         token = secrets.token_hex(16)

@@ -99,7 +99,7 @@ class KeyProvider:
 
     def resolve(self, kid: str) -> bytes:
         """The material of key ``kid``, or one sentence saying why there is none."""
-        if not isinstance(kid, str) or not _KID.match(kid):
+        if not isinstance(kid, str) or not _KID.fullmatch(kid):
             raise SealError(f"the checkpoint key id {kid!r} is not one evalkit makes; "
                             "the envelope was altered")
         path = self.folder / f"{kid}.key"
@@ -121,7 +121,7 @@ class KeyProvider:
         found = []
         for path in self.folder.glob("*.key") if self.folder.is_dir() else []:
             kid = path.stem
-            if not _KID.match(kid):
+            if not _KID.fullmatch(kid):
                 continue
             try:
                 record = json.loads(path.read_text(encoding="ascii"))

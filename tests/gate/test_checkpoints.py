@@ -104,6 +104,9 @@ def test_a_lease_is_bound_to_its_run_and_definition(store: CheckpointStore,
         store.approve_and_lease("c1", run_id=RUN, definition_hash="sha256:other",
                                 operator="ana", audit_ref="a", lease_seconds=60)
     assert caught.value.reason == "definition_mismatch"
+    for bad in (0, -1, float("nan"), 10**9, True, "60"):
+        with pytest.raises(EvalkitError, match="a lease lasts more than 0"):
+            _lease(store, seconds=bad)  # type: ignore[arg-type]
     with pytest.raises(CheckpointRefused) as caught:
         _lease(store, "nope")
     assert caught.value.reason == "unknown"

@@ -49,6 +49,8 @@ def test_an_altered_header_or_ciphertext_does_not_open(keys: KeyProvider) -> Non
         unseal(keys, json.dumps({**fields, "v": 2}).encode(), ID)
     with pytest.raises(SealError, match="not one evalkit makes"):
         unseal(keys, json.dumps({**fields, "kid": "../../evalkit"}).encode(), ID)
+    with pytest.raises(SealError, match="not one evalkit makes"):
+        unseal(keys, json.dumps({**fields, "kid": fields["kid"] + "\n"}).encode(), ID)
     with pytest.raises(SealError, match="not one evalkit wrote"):
         unseal(keys, b"not json", ID)
 
