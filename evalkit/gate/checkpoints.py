@@ -36,7 +36,7 @@ import signal
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -200,10 +200,15 @@ class CheckpointStore:
 
     def __init__(self, path: Path | str | None = None, *, keys: KeyProvider | None = None,
                  clock: Callable[[], float] = time.time,
-                 environ: Mapping[str, str] | None = None) -> None:
+                 environ: Mapping[str, str] | None = None,
+                 observer: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = Path(path) if path is not None else db.default_path(environ)
         self.keys = keys if keys is not None else KeyProvider.default(environ)
         self.clock = clock
+        #: Told of every committed transition (``checkpoint_transition`` events, no payload),
+        #: after the commit and outside the lock: how a host records them in a run's stream.
+        self.observer = observer
+        self._events: list[dict[str, Any]] = []
         self._lock = threading.RLock()
         self._conn = db.connect(self.path)
         with self._lock:
@@ -230,7 +235,7 @@ class CheckpointStore:
             raise EvalkitError(f"a lease lasts more than 0 and at most {MAX_LEASE_SECONDS} "
                                f"seconds, not {lease_seconds}")
         token = secrets.token_hex(16)
-        with self._lock, db.immediate(self._conn) as conn:
+        with self._tx() as conn:
             now = self.clock()
             deadline = now + lease_seconds
             won = conn.execute(
@@ -241,6 +246,9 @@ class CheckpointStore:
                  definition_hash, now)).rowcount == 1
             refusal = None if won else self._why_not_leased(conn, checkpoint_id, run_id,
                                                             definition_hash, now)
+            if won:
+                self._moved(checkpoint_id, run_id, "pending", "leased", now, operator=operator,
+                            audit_ref=audit_ref, lease_deadline=deadline)
         if refusal is not None:
             raise refusal
         return Lease(checkpoint_id, run_id, definition_hash, token, deadline, operator,
@@ -270,7 +278,8 @@ class CheckpointStore:
             if os.environ.get(FAULT_ENV) == "after_successor":
                 os.kill(os.getpid(), signal.SIGKILL)
         after = successor.checkpoint_id if successor is not None else None
-        self._finish(lease, "state='consumed', successor=?", (after,),
+        self._finish(lease, "consumed", "state='consumed', successor=?", (after,),
+                     {"successor": after},
                      extra=("AND (? IS NULL OR EXISTS (SELECT 1 FROM checkpoints AS s "
                             "WHERE s.id=? AND s.predecessor=checkpoints.id))"),
                      extra_args=(after, after))
@@ -280,7 +289,8 @@ class CheckpointStore:
         if code not in FAILURE_CODES:
             raise EvalkitError(f"{code!r:.40} is not a checkpoint failure code; use one of "
                                f"{', '.join(FAILURE_CODES)}")
-        self._finish(lease, "state='failed', failure_code=?", (code,), allow_late=True)
+        self._finish(lease, "failed", "state='failed', failure_code=?", (code,),
+                     {"failure_code": code}, allow_late=True)
 
     def reject(self, checkpoint_id: str, *, operator: str, reason_code: str,
                audit_ref: str | None = None) -> None:
@@ -291,14 +301,17 @@ class CheckpointStore:
         if reason_code not in REJECT_CODES:
             raise EvalkitError(f"{reason_code!r:.40} is not a rejection code; use one of "
                                f"{', '.join(REJECT_CODES)}")
-        with self._lock, db.immediate(self._conn) as conn:
+        with self._tx() as conn:
             now = self.clock()
             done = conn.execute(
                 "UPDATE checkpoints SET state='rejected', reject_code=?, operator=?, "
                 "audit_ref=?, envelope=NULL, closed_at=? WHERE id=? AND state='pending'",
                 (reason_code, operator, audit_ref, now, checkpoint_id)).rowcount == 1
-            row = None if done else conn.execute(
-                "SELECT state FROM checkpoints WHERE id=?", (checkpoint_id,)).fetchone()
+            row = conn.execute("SELECT state, run_id FROM checkpoints WHERE id=?",
+                               (checkpoint_id,)).fetchone()
+            if done:
+                self._moved(checkpoint_id, row[1], "pending", "rejected", now,
+                            reject_code=reason_code, operator=operator, audit_ref=audit_ref)
         if done:
             return
         if row is None:
@@ -308,17 +321,24 @@ class CheckpointStore:
 
     def expire_due(self) -> list[str]:
         """Pending past their expiry -> expired; leases past their deadline -> failed."""
-        with self._lock, db.immediate(self._conn) as conn:
+        with self._tx() as conn:
             now = self.clock()
-            due = [r[0] for r in conn.execute(
-                "SELECT id FROM checkpoints WHERE (state='pending' AND expires_at<=?) "
-                "OR (state='leased' AND lease_deadline<=?) ORDER BY id", (now, now))]
+            rows = conn.execute(
+                "SELECT id, run_id, state FROM checkpoints WHERE (state='pending' AND "
+                "expires_at<=?) OR (state='leased' AND lease_deadline<=?) ORDER BY id",
+                (now, now)).fetchall()
+            for cid, run_id, state in rows:
+                if state == "pending":
+                    self._moved(cid, run_id, "pending", "expired", now)
+                else:
+                    self._moved(cid, run_id, "leased", "failed", now,
+                                failure_code="lease_expired")
             conn.execute("UPDATE checkpoints SET state='expired', envelope=NULL, closed_at=? "
                          "WHERE state='pending' AND expires_at<=?", (now, now))
             conn.execute("UPDATE checkpoints SET state='failed', failure_code='lease_expired', "
                          "envelope=NULL, closed_at=? WHERE state='leased' AND lease_deadline<=?",
                          (now, now))
-        return due
+        return [row[0] for row in rows]
 
     def approve_and_resume(self, checkpoint_id: str, *, run_id: str, definition_hash: str,
                            operator: str, audit_ref: str, lease_seconds: float,
@@ -361,6 +381,27 @@ class CheckpointStore:
 
     # -- inside ---------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; its transitions reach the observer once committed."""
+        with self._lock:
+            self._events = []
+            try:
+                with db.immediate(self._conn) as conn:
+                    yield conn
+            finally:
+                events, self._events = self._events, []
+        # Reached only when the transaction committed (an exception skips this).
+        for event in events:
+            if self.observer is not None:
+                self.observer(event)
+
+    def _moved(self, cid: str, run_id: str, before: str | None, after: str, at: float,
+               **fields: Any) -> None:
+        self._events.append({"event": "checkpoint_transition", "checkpoint_id": cid,
+                             "run_id": run_id, "from": before, "to": after, "at": at,
+                             **{k: v for k, v in fields.items() if v is not None}})
+
     def _select(self, where: str, args: tuple[Any, ...]) -> list[Checkpoint]:
         with self._lock:
             rows = self._conn.execute(
@@ -377,7 +418,7 @@ class CheckpointStore:
         expires = _seconds(expires_at)
         envelope = seal(self.keys, _frame(payload),
                         identity(checkpoint_id, run_id, definition_hash))
-        with self._lock, db.immediate(self._conn) as conn:
+        with self._tx() as conn:
             now = self.clock()
             if expires <= now:
                 raise EvalkitError(f"checkpoint {checkpoint_id} would expire before it is "
@@ -396,14 +437,17 @@ class CheckpointStore:
                     "VALUES (?,?,?,'pending',?,?,?,?,?)",
                     (checkpoint_id, run_id, definition_hash, envelope, envelope_kid(envelope),
                      now, expires, lease.checkpoint_id if lease is not None else None))
+                self._moved(checkpoint_id, run_id, None, "pending", now, expires_at=expires,
+                            predecessor=lease.checkpoint_id if lease is not None else None)
         if refusal is not None:
             raise refusal
 
-    def _finish(self, lease: Lease, assign: str, args: tuple[Any, ...], *,
+    def _finish(self, lease: Lease, to: str, assign: str, args: tuple[Any, ...],
+                fields: dict[str, Any], *,
                 extra: str = "", extra_args: tuple[Any, ...] = (),
                 allow_late: bool = False) -> None:
         """leased -> a terminal state, for the lease's holder, while live (or ``allow_late``)."""
-        with self._lock, db.immediate(self._conn) as conn:
+        with self._tx() as conn:
             now = self.clock()
             late = "" if allow_late else "AND lease_deadline>? "
             done = conn.execute(
@@ -412,6 +456,8 @@ class CheckpointStore:
                 (*args, now, lease.checkpoint_id, lease.token,
                  *(() if allow_late else (now,)), *extra_args)).rowcount == 1
             refusal = None if done else self._lease_problem(conn, lease, now)
+            if done:
+                self._moved(lease.checkpoint_id, lease.run_id, "leased", to, now, **fields)
         if not done:
             raise refusal or CheckpointRefused(
                 "not_leased", f"checkpoint {lease.checkpoint_id}'s successor is not on "
@@ -419,7 +465,7 @@ class CheckpointStore:
 
     def _check_live(self, lease: Lease) -> bytes:
         """The envelope, when ``lease`` is live now; else the refusal (a late lease fails)."""
-        with self._lock, db.immediate(self._conn) as conn:
+        with self._tx() as conn:
             refusal = self._lease_problem(conn, lease, self.clock())
             row = conn.execute("SELECT envelope FROM checkpoints WHERE id=?",
                                (lease.checkpoint_id,)).fetchone()
@@ -445,6 +491,7 @@ class CheckpointStore:
         if deadline <= now:
             conn.execute("UPDATE checkpoints SET state='failed', failure_code='lease_expired', "
                          "envelope=NULL, closed_at=? WHERE id=? AND state='leased'", (now, cid))
+            self._moved(cid, run_id, "leased", "failed", now, failure_code="lease_expired")
             return CheckpointRefused("lease_expired", f"the lease on checkpoint {cid} ran out; "
                                      "the checkpoint is failed (lease_expired) and is never "
                                      "resumed again")
@@ -466,6 +513,7 @@ class CheckpointStore:
         if state == "pending" and expires <= now:
             conn.execute("UPDATE checkpoints SET state='expired', envelope=NULL, closed_at=? "
                          "WHERE id=? AND state='pending'", (now, cid))
+            self._moved(cid, bound_run, "pending", "expired", now)
             return CheckpointRefused("expired", f"checkpoint {cid} expired before it was "
                                      "approved; nothing was leased")
         return CheckpointRefused("not_pending", f"checkpoint {cid} is already {state}; only a "

@@ -460,3 +460,28 @@ def test_a_successor_that_cannot_be_written_fails_the_lease(store: CheckpointSto
                                  resume=lambda _: Successor("c2", b"x", clock.now - 1))
     assert store.get("c1").failure_code == "successor_failed"  # type: ignore[union-attr]
     assert store.get("c2") is None
+
+
+def test_every_committed_transition_reaches_the_observer_without_the_payload(
+        tmp_path: Path, keys: KeyProvider, clock: Clock) -> None:
+    seen: list[dict[str, Any]] = []
+    store = CheckpointStore(tmp_path / "g.sqlite", keys=keys, clock=clock, observer=seen.append)
+    store.save_pending("c1", RUN, DEF, {"secret": "hunter2"}, clock.now + 60)
+    store.save_pending("c3", RUN, DEF, b"s", clock.now + 5)
+    lease = _lease(store)
+    store.consume(lease, Successor("c2", b"next", clock.now + 60))
+    store.reject("c2", operator="bo", reason_code="withdrawn")
+    with pytest.raises(EvalkitError):  # rolled back: nothing to tell
+        store.save_pending("c4", RUN, DEF, b"s", clock.now - 1)
+    clock.now += 5
+    store.expire_due()
+    moves = [(e["checkpoint_id"], e["from"], e["to"]) for e in seen]
+    assert moves == [("c1", None, "pending"), ("c3", None, "pending"),
+                     ("c1", "pending", "leased"), ("c2", None, "pending"),
+                     ("c1", "leased", "consumed"), ("c2", "pending", "rejected"),
+                     ("c3", "pending", "expired")]
+    assert all(e["event"] == "checkpoint_transition" and e["run_id"] == RUN for e in seen)
+    assert seen[2]["operator"] == "ana" and seen[2]["lease_deadline"] == lease.deadline
+    assert seen[3]["predecessor"] == "c1" and seen[4]["successor"] == "c2"
+    assert seen[5]["reject_code"] == "withdrawn"
+    assert "hunter2" not in json.dumps(seen)

@@ -38,11 +38,12 @@ class Checkpoints(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # On tmpfs when there is one: the database's fsyncs are what a step costs.
+        self.told: list[dict] = []
         self.tmp = TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         self.clock = Clock()
         self.store = CheckpointStore(Path(self.tmp.name) / "g.sqlite",
                                      keys=KeyProvider(Path(self.tmp.name) / "keys"),
-                                     clock=self.clock)
+                                     clock=self.clock, observer=self.told.append)
         #: id -> [state, expires_at, payload, failure code]
         self.model: dict[str, list] = {}
         self.leases: dict[str, Lease] = {}
@@ -182,6 +183,12 @@ class Checkpoints(RuleBasedStateMachine):
             assert row.sealed == (state in ("pending", "leased"))
             assert row.failure_code == code
         assert all(n == 1 for n in self.leased_ever.values())
+        # The observer heard every transition, in order, and nothing else.
+        heard: dict[str, str] = {}
+        for event in self.told:
+            assert heard.get(event["checkpoint_id"]) == event["from"], event
+            heard[event["checkpoint_id"]] = event["to"]
+        assert heard == {cid: row[0] for cid, row in self.model.items()}
 
 
 Checkpoints.TestCase.settings = settings(max_examples=200, stateful_step_count=30,
