@@ -24,6 +24,8 @@ Why each rule:
   until its deadline, then ``failed`` — never consumed twice, never resumed again.
 * A failure or a rejection is a code from a closed tuple, checked by the table too:
   no raw error text (it could carry the decrypted state) is ever stored.
+* Every committed transition is told to the store's ``observer`` as an event (never the
+  payload), so a host can put the lifecycle in a run's stream.
 """
 
 from __future__ import annotations
