@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("evalkit.commands.tables:sql", "Query runs with DuckDB."),
     "mission": ("evalkit.runtime.command:mission_command", "Run a governed agent mission."),
     "approvals": ("evalkit.commands.approvals:approvals", "List and decide gated tool requests."),
+    "keys": ("evalkit.commands.keys:keys", "Rotate and list the keys sealing approval checkpoints."),
     "replay": ("evalkit.commands.replay:replay", "Re-run a recording through the loop, no model."),
     "regrade": ("evalkit.commands.replay:regrade", "Replay every run under a new skill manifest."),
     "runs": ("evalkit.commands.runs:runs", "List and show recorded runs: records, events, ends."),
