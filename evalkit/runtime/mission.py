@@ -23,6 +23,9 @@ from evalkit.runtime.control import ControlChannel
 from evalkit.runtime.governance import DEFAULT_PROFILE, AuditLog, Governor, audit_root
 from evalkit.runtime.run import Bounds, Observer, Run, RunOutcome
 
+#: Where the action ledger is (default: the state folder's governance database), or off.
+LEDGER_ENV = "EVALKIT_LEDGER"
+
 if TYPE_CHECKING:
     from evalkit.runtime.governance.skills import Manifest
 
@@ -260,7 +263,9 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     token = CancelToken()
     sink: EventSink | None = None
     control: ControlChannel | None = None
+    ledger = None
     try:
+        ledger = _ledger(env) if store is not None else None
         control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
@@ -278,7 +283,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
                 grants=settings.grants, manifest=manifest, gate_tools=settings.gate_tools,
                 approval_id=settings.approval, approvals=approvals,
                 audit=AuditLog(where) if where is not None else None,
-                sandbox=sandbox_name, gate_wait=settings.gate_wait, runs_root=root)
+                sandbox=sandbox_name, gate_wait=settings.gate_wait, runs_root=root,
+                ledger=ledger)
             if governor.approval_problem and notice is not None:
                 notice(f"note: {governor.approval_problem}; its call will be refused")
             if governor.deferred and notice is not None:
@@ -301,6 +307,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
         token.close()
         if control is not None:
             control.close()
+        if ledger is not None:
+            ledger.close()
         plane.close()
         if sink is not None:
             sink.close()
@@ -409,6 +417,24 @@ def _governance_parts(settings: MissionSettings, env: Mapping[str, str],
         if settings.gate_tools:
             approvals.ensure()  # a gate must be able to write its request: refuse now if not
     return manifest, approvals
+
+
+def _ledger(env: Mapping[str, str]) -> Any:
+    """The action ledger every recorded call goes through (``EVALKIT_LEDGER``: a file, or off)."""
+    import sqlite3
+
+    from evalkit.gate import db
+    from evalkit.gate.ledger import Ledger
+
+    value = (env.get(LEDGER_ENV) or "").strip()
+    if value.lower() in ("off", "none"):
+        return None
+    path = Path(value) if value else db.default_path(env)
+    try:
+        return Ledger(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise EvalkitError(f"cannot open the action ledger {path}: {exc} ({LEDGER_ENV}=off "
+                           "runs without it)") from None
 
 
 def _declarations(settings: MissionSettings, manifest: Any) -> Any:
