@@ -25,6 +25,7 @@ from evalkit.runtime.run import Bounds, Observer, Run, RunOutcome
 
 #: Where the action ledger is (default: the state folder's governance database), or off.
 LEDGER_ENV = "EVALKIT_LEDGER"
+LEDGER_OFF, LEDGER_ALL = ("off", "none"), ("all", "on")
 
 if TYPE_CHECKING:
     from evalkit.runtime.governance.skills import Manifest
@@ -265,7 +266,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     control: ControlChannel | None = None
     ledger = None
     try:
-        ledger = _ledger(env) if store is not None else None
+        ledger = _ledger(env, gated=bool(settings.gate_tools or settings.approval)) \
+            if store is not None else None
         control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
@@ -419,17 +421,23 @@ def _governance_parts(settings: MissionSettings, env: Mapping[str, str],
     return manifest, approvals
 
 
-def _ledger(env: Mapping[str, str]) -> Any:
-    """The action ledger every recorded call goes through (``EVALKIT_LEDGER``: a file, or off)."""
+def _ledger(env: Mapping[str, str], *, gated: bool) -> Any:
+    """The action ledger a recorded mission's calls go through, or None.
+
+    Unset, ``EVALKIT_LEDGER`` means: a mission with gates (``--gate-tool``,
+    ``--approval``) uses the state folder's governance database. ``all`` makes every
+    recorded mission use it, a path names another file for every mission, ``off`` none.
+    A ledger that cannot be opened refuses the mission: governance fails closed.
+    """
     import sqlite3
 
     from evalkit.gate import db
     from evalkit.gate.ledger import Ledger
 
     value = (env.get(LEDGER_ENV) or "").strip()
-    if value.lower() in ("off", "none"):
+    if value.lower() in LEDGER_OFF or (not value and not gated):
         return None
-    path = Path(value) if value else db.default_path(env)
+    path = Path(value) if value and value.lower() not in LEDGER_ALL else db.default_path(env)
     try:
         return Ledger(path)
     except (OSError, sqlite3.Error) as exc:

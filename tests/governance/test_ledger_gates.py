@@ -8,6 +8,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from evalkit.commands.approvals import approve
 from evalkit.gate.ledger import Ledger, default_key
 from evalkit.gate.policy import KINDS
@@ -100,3 +102,44 @@ def test_a_call_left_started_by_a_dead_process_is_never_run_again(tmp_path: Path
         result = _carry(governor, plane, arguments["command"], 0)
     assert not result.ok and "outcome unknown" in result.error
     assert not (tmp_path / "count.txt").exists()
+
+
+# -- evalkit mission -----------------------------------------------------------------------------
+
+
+def _mission(tmp_path: Path, *flags: str, **env: str):
+    from tests.governance.conftest import clean_env, cli, write_script
+
+    script = write_script(tmp_path / "s.json", [call("run_shell_command", command="echo hi"),
+                                                answer("done")])
+    return cli(tmp_path, "mission", "x", "--script", str(script), "--profile", "dev", *flags,
+               env=clean_env(tmp_path, EVALKIT_HOME=str(tmp_path / "home"), **env))
+
+
+@pytest.mark.slow
+def test_a_gated_mission_uses_the_state_folders_ledger_and_others_may(tmp_path: Path) -> None:
+    home_db = tmp_path / "home" / "governance.sqlite"
+    plain = _mission(tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert not home_db.exists()  # no gates: no ledger unless asked
+    gated = _mission(tmp_path, "--gate-tool", "fs")
+    assert gated.returncode == 0, gated.stderr
+    [action] = Ledger(home_db).actions()
+    assert (action.tool, action.state, action.key.endswith(":0:0")) == (
+        "run_shell_command", "completed", True)
+    everywhere = _mission(tmp_path, EVALKIT_LEDGER="all")
+    assert everywhere.returncode == 0 and len(Ledger(home_db).actions()) == 2
+    elsewhere = tmp_path / "other.sqlite"
+    assert _mission(tmp_path, EVALKIT_LEDGER=str(elsewhere)).returncode == 0
+    assert [a.state for a in Ledger(elsewhere).actions()] == ["completed"]
+    off = _mission(tmp_path, "--gate-tool", "fs", EVALKIT_LEDGER="off")
+    assert off.returncode == 0 and len(Ledger(home_db).actions()) == 2
+
+
+@pytest.mark.slow
+def test_a_ledger_that_cannot_be_opened_refuses_the_mission(tmp_path: Path) -> None:
+    (tmp_path / "a-folder").mkdir()
+    done = _mission(tmp_path, "--gate-tool", "fs", EVALKIT_LEDGER=str(tmp_path / "a-folder"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("Error: cannot open the action ledger")
+    assert "EVALKIT_LEDGER=off" in done.stderr and "Traceback" not in done.stderr
