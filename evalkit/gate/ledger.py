@@ -45,9 +45,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import secrets
-import socket
 import sqlite3
 import threading
 import time
@@ -59,6 +57,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.gate import db
 from evalkit.gate.approval import APPROVE, signed_problem
+from evalkit.gate.owner import owner_alive, this_owner
 from evalkit.gate.policy import ALLOWED as _ALLOWED_OUTCOME
 from evalkit.gate.policy import DENIED as _DENIED_OUTCOME
 from evalkit.gate.policy import HELD as _HELD_OUTCOME
@@ -90,7 +89,6 @@ LEDGER_KINDS = (KIND_APPROVED, KIND_DENIED_BY_APPROVER, "denied_by_operator", "e
                 "reconciled", KIND_OUTSIDE_CLOSED_SET, KIND_APPROVAL_INVALID)
 DEFAULT_HOLD_SECONDS = 3600.0
 _GENESIS = "0" * 64
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS actions (
@@ -200,56 +198,6 @@ def event_hash(prev: str, seq: int, key: str, event: str, state: str | None, at:
     row = signing.canonical({"seq": seq, "key": key, "event": event, "state": state,
                              "at": repr(float(at)), "body": body})
     return hashlib.sha256(prev.encode("ascii") + b"\n" + row).hexdigest()
-
-
-# -- owners -----------------------------------------------------------------------------------
-
-
-def _process_start(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot (Linux), to tell a reused pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def this_owner() -> dict[str, Any]:
-    """Who is executing: host, pid and that pid's start time."""
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
-
-
-def owner_alive(owner: Any) -> bool:
-    """Whether ``owner`` may still be running. Another host's owner cannot be judged here
-    and counts as alive; on this host, a gone pid or a pid reused by a later process is dead."""
-    if not isinstance(owner, Mapping) or owner.get("host") != socket.gethostname():
-        return True
-    pid = owner.get("pid")
-    if not isinstance(pid, int):
-        return False
-    started = _process_start(pid)
-    if started is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return owner.get("start") is None
-    if started != owner.get("start"):
-        return False
-    try:  # a zombie (killed, not yet reaped) holds its pid but runs nothing
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 # -- the ledger -------------------------------------------------------------------------------
@@ -590,7 +538,7 @@ class Ledger:
         last = rows[-1]
         if last[7] != head or last[3] != state:
             return f"its last event says {last[3]}, the row says {state}"
-        if state == APPROVED and last[2] != "decision":
+        if state == APPROVED and not any(r[2] == "decision" and r[3] == APPROVED for r in rows):
             return "it is approved without a signed decision"
         return None
 
