@@ -168,3 +168,12 @@ def test_a_refused_approval_after_a_valid_one_leaves_the_action_executable(tmp_p
     with pytest.raises(ApprovalRefused, match="approved, not held"):
         book.approve("k", _sign(keys.other, held), trust=keys.trust)
     assert book.start("k").state == "started" and book.verify_chain()[0]
+
+
+def test_the_runtime_checks_decisions_with_the_gates_functions() -> None:
+    """One owner: the runtime's approval files and the ledger share the decision checks."""
+    from evalkit.gate import approval
+    from evalkit.runtime.governance import approvals as runtime_approvals
+
+    for name in ("decision_body", "decision_problem", "request_digest"):
+        assert getattr(runtime_approvals, name) is getattr(approval, name)
