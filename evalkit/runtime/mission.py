@@ -266,8 +266,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     control: ControlChannel | None = None
     ledger = None
     try:
-        ledger = _ledger(env, gated=bool(settings.gate_tools or settings.approval)) \
-            if store is not None else None
+        ledger = _ledger(env, gated=bool(settings.gate_tools or settings.approval),
+                         mission_root=settings.root) if store is not None else None
         control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
@@ -421,28 +421,40 @@ def _governance_parts(settings: MissionSettings, env: Mapping[str, str],
     return manifest, approvals
 
 
-def _ledger(env: Mapping[str, str], *, gated: bool) -> Any:
+def _ledger(env: Mapping[str, str], *, gated: bool, mission_root: Path) -> Any:
     """The action ledger a recorded mission's calls go through, or None.
 
     Unset, ``EVALKIT_LEDGER`` means: a mission with gates (``--gate-tool``,
     ``--approval``) uses the state folder's governance database. ``all`` makes every
     recorded mission use it, a path names another file for every mission, ``off`` none.
-    A ledger that cannot be opened refuses the mission: governance fails closed.
+    A ledger that cannot be opened, or that lies inside the mission root outside every
+    folder the tools are kept from (where the agent could rewrite it), refuses the
+    mission: governance fails closed.
     """
     import sqlite3
 
     from evalkit.gate import db
     from evalkit.gate.ledger import Ledger
+    from evalkit.runtime.governance.reach import governed_folders
 
     value = (env.get(LEDGER_ENV) or "").strip()
     if value.lower() in LEDGER_OFF or (not value and not gated):
         return None
     path = Path(value) if value and value.lower() not in LEDGER_ALL else db.default_path(env)
+    if _within(path, mission_root) and not any(_within(path, folder)
+                                                for folder in governed_folders(env)):
+        raise EvalkitError(f"the action ledger {path} is inside the mission root {mission_root}, "
+                           f"where the agent could rewrite it: point {LEDGER_ENV} elsewhere")
     try:
         return Ledger(path)
     except (OSError, sqlite3.Error) as exc:
         raise EvalkitError(f"cannot open the action ledger {path}: {exc} ({LEDGER_ENV}=off "
                            "runs without it)") from None
+
+
+def _within(path: Path, folder: Path) -> bool:
+    real, inside = os.path.realpath(path), os.path.realpath(folder)
+    return real == inside or real.startswith(inside.rstrip(os.sep) + os.sep)
 
 
 def _declarations(settings: MissionSettings, manifest: Any) -> Any:

@@ -129,7 +129,7 @@ def test_a_gated_mission_uses_the_state_folders_ledger_and_others_may(tmp_path: 
         "run_shell_command", "completed", True)
     everywhere = _mission(tmp_path, EVALKIT_LEDGER="all")
     assert everywhere.returncode == 0 and len(Ledger(home_db).actions()) == 2
-    elsewhere = tmp_path / "other.sqlite"
+    elsewhere = tmp_path / "home" / "other.sqlite"  # inside the root, but in a hidden folder
     assert _mission(tmp_path, EVALKIT_LEDGER=str(elsewhere)).returncode == 0
     assert [a.state for a in Ledger(elsewhere).actions()] == ["completed"]
     off = _mission(tmp_path, "--gate-tool", "fs", EVALKIT_LEDGER="off")
@@ -138,8 +138,16 @@ def test_a_gated_mission_uses_the_state_folders_ledger_and_others_may(tmp_path: 
 
 @pytest.mark.slow
 def test_a_ledger_that_cannot_be_opened_refuses_the_mission(tmp_path: Path) -> None:
-    (tmp_path / "a-folder").mkdir()
-    done = _mission(tmp_path, "--gate-tool", "fs", EVALKIT_LEDGER=str(tmp_path / "a-folder"))
+    folder = tmp_path / "home" / "a-folder"
+    folder.mkdir(parents=True)
+    done = _mission(tmp_path, "--gate-tool", "fs", EVALKIT_LEDGER=str(folder))
     assert done.returncode == 2
     assert done.stderr.startswith("Error: cannot open the action ledger")
     assert "EVALKIT_LEDGER=off" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_ledger_inside_the_mission_root_refuses_the_mission(tmp_path: Path) -> None:
+    done = _mission(tmp_path, "--gate-tool", "fs", EVALKIT_LEDGER=str(tmp_path / "g.sqlite"))
+    assert done.returncode == 2 and "inside the mission root" in done.stderr
+    assert not (tmp_path / "g.sqlite").exists()
