@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("evalkit.commands.tables:sql", "Query runs with DuckDB."),
     "mission": ("evalkit.runtime.command:mission_command", "Run a governed agent mission."),
     "approvals": ("evalkit.commands.approvals:approvals", "List and decide gated tool requests."),
+    "gate": ("evalkit.commands.gate:gate",
+             "Govern another framework's tool calls: a sidecar over stdio."),
     "replay": ("evalkit.commands.replay:replay", "Re-run a recording through the loop, no model."),
     "regrade": ("evalkit.commands.replay:regrade", "Replay every run under a new skill manifest."),
     "run": ("evalkit.commands.run:run", "Spawn the agent once per mission, capture, score."),
