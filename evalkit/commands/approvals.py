@@ -50,13 +50,8 @@ def deny(store: Any, approval_id: str, *, decided_by: str,
 
 def _decide(store: Any, approval_id: str, verdict: str, *, decided_by: str,
             note: str | None, key: Any) -> dict[str, Any]:
-    from evalkit.runtime.governance.approvals import (
-        decision_body,
-        must_be_pending,
-        request_digest,
-        signer,
-    )
-    from evalkit.store.runstore import now_iso
+    from evalkit.gate.approval import sign_decision
+    from evalkit.runtime.governance.approvals import must_be_pending, request_digest, signer
     from evalkit.store.signing import local_signer
 
     who = signer(decided_by)
@@ -69,10 +64,8 @@ def _decide(store: Any, approval_id: str, verdict: str, *, decided_by: str,
             raise EvalkitError(f"approval {approval_id}'s record was altered: its tool and "
                                "arguments no longer match the digest the mission asked with; "
                                "nothing was decided")
-        decision = {"approval_id": approval_id, "verdict": verdict, "digest": digest,
-                    "decided_by": who, "decided_at": now_iso(), "note": note,
-                    "key_id": key.key_id}
-        decision["signature"] = key.sign(decision_body(decision))
+        decision = sign_decision(key, approval_id=approval_id, digest=digest, verdict=verdict,
+                                 decided_by=who, note=note)
         if verdict == "approve":
             record.update(state="approved", decided_by=who, decided_at=decision["decided_at"],
                           note=note, decision=decision)

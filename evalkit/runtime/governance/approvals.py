@@ -39,14 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.gate.approval import decision_body, decision_problem, request_digest
 from evalkit.redact import redact_obj
 from evalkit.runtime.governance.audit import beside_runs
-from evalkit.store import signing
 from evalkit.store.replace import replace_file
 from evalkit.store.runstore import now_iso
-from evalkit.store.signing import call_digest
 from evalkit.store.sink import json_bytes
 from evalkit.store.state import APPROVALS
+
+#: The decision checks live in evalkit.gate.approval (one owner); named here for old callers.
+__all__ = ["ApprovalStore", "GateNotice", "approvals_root", "decision_body", "decision_problem",
+           "is_approval_id", "new_approval_id", "request_digest"]
 
 APPROVALS_ENV = "EVALKIT_APPROVALS"
 OFF = ("none", "off")
@@ -80,47 +83,6 @@ def canonical(arguments: Any) -> str:
     """How two calls' arguments are compared: redacted, then canonical JSON."""
     return json.dumps(redact_obj(arguments), sort_keys=True, separators=(",", ":"),
                       ensure_ascii=False)
-
-
-def request_digest(tool: Any, arguments: Any) -> str:
-    """What a request and its decision are bound to: the tool and its arguments as a
-    person is shown them (redacted), digested over RFC 8785 canonical JSON."""
-    return call_digest(tool, redact_obj(arguments))
-
-
-def decision_body(decision: Mapping[str, Any]) -> bytes:
-    """The bytes a decision's signature covers: every field but the signature."""
-    return signing.canonical({k: v for k, v in decision.items() if k != "signature"})
-
-
-def decision_problem(record: Mapping[str, Any], *, tool: Any = None, arguments: Any = None,
-                     trust: signing.Trust | None = None) -> str | None:
-    """Why ``record``'s yes does not cover a call (None: it does).
-
-    The call is ``tool`` with ``arguments`` — by default the record's own, which
-    must then still match the digest it was decided on. The yes must be a decision
-    naming this request and that digest, signed by a trusted key.
-    """
-    approval_id = record.get("id")
-    decision = record.get("decision")
-    if not isinstance(decision, dict):
-        return f"approval {approval_id} carries no signed decision (its file says " \
-               f"{record.get('state')!r}, which no decision signed)"
-    if decision.get("verdict") != "approve" or decision.get("approval_id") != approval_id:
-        return f"approval {approval_id}'s decision is not a yes for this request"
-    wanted = request_digest(record.get("tool") if tool is None else tool,
-                            record.get("arguments") if arguments is None else arguments)
-    if decision.get("digest") != wanted:
-        return (f"approval {approval_id} was decided for other arguments than "
-                f"{'its record now holds' if tool is None else 'this call'}")
-    trust = trust if trust is not None else signing.Trust.local()
-    problem = trust.check(decision.get("key_id"), decision_body(decision),
-                          decision.get("signature"))
-    if problem is not None:
-        return f"approval {approval_id}'s decision is not validly signed: {problem}"
-    if decision.get("decided_by") != record.get("decided_by"):
-        return f"approval {approval_id} names another decider than its signed decision"
-    return None
 
 
 class ApprovalStore:
