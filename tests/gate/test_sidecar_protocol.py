@@ -371,3 +371,28 @@ def test_the_spawned_sidecar_governs_and_closes(tmp_path: Path) -> None:
         assert gate.govern("add", {"a": 20, "b": 22}, idempotency_key="k").result == 42
         assert gate.govern("unlisted", {}).kind == "unknown_tool"
     assert gate.closed["outcome"] == "incomplete"
+
+
+# -- the one schema ----------------------------------------------------------------------------
+
+
+def test_the_policy_kinds_are_the_protocols_under_their_outcomes_phase() -> None:
+    from evalkit.gate.policy import KINDS
+
+    phase = {"allowed": "completed", "denied": "rejected", "held": "pending_approval"}
+    assert {k: P.KINDS[k][0] for k in KINDS} == {k: phase[o] for k, o in KINDS.items()}
+    assert set(P.PHASES) == {p for p, _ in P.KINDS.values()}
+
+
+def test_the_generated_block_is_rewritten_and_nothing_else(tmp_path: Path) -> None:
+    from evalkit.gate import protocol_doc
+
+    doc = tmp_path / "GOVERNANCE.md"
+    doc.write_text(f"# Before\n\n{protocol_doc.BEGIN}\nstale\n{protocol_doc.END}\n\nAfter\n")
+    assert protocol_doc.main([str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# Before\n") and text.endswith(f"{protocol_doc.END}\n\nAfter\n")
+    assert "stale" not in text
+    for name in [*P.INBOUND, *P.OUTBOUND, *P.KINDS, *P.ERRORS]:
+        assert f"`{name}`" in text, name
+    assert protocol_doc.main([str(tmp_path / "missing.md")]) == 2
