@@ -185,6 +185,12 @@ class GateServer:
     def serve(self, inp: IO[bytes], out: IO[bytes]) -> str:
         """Answer lines until ``shutdown`` or end of input; returns the run's outcome."""
         self._out = out
+        # A gate that died mid-call left its actions started: settle them before serving,
+        # so a retry reads outcome_unknown instead of running the body a second time.
+        for settled in self.ledger.recover(policy=self.policy):
+            self.recording.governance("result", key=settled.key, tool=settled.tool,
+                                      phase="failed", kind=_kind_of(settled),
+                                      reason=settled.reason)
         self._send(P.outbound("ready", id=None, protocol_version=P.PROTOCOL_VERSION,
                               policy_hash=self.policy.hash, run_id=self.recording.run_id,
                               max_line_bytes=P.MAX_LINE_BYTES, max_wait_ms=P.MAX_WAIT_MS))

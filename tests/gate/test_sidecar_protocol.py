@@ -396,3 +396,50 @@ def test_the_generated_block_is_rewritten_and_nothing_else(tmp_path: Path) -> No
     for name in [*P.INBOUND, *P.OUTBOUND, *P.KINDS, *P.ERRORS]:
         assert f"`{name}`" in text, name
     assert protocol_doc.main([str(tmp_path / "missing.md")]) == 2
+
+
+@pytest.mark.slow
+def test_a_gate_killed_mid_call_leaves_the_action_unknown_and_never_reruns_it(tmp_path: Path
+                                                                            ) -> None:
+    import os
+    import signal
+
+    import yaml
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump(POLICY))
+    effects = tmp_path / "effects.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    options = {"ledger": tmp_path / "l.sqlite", "runs": tmp_path / "runs", "env": env}
+
+    def add(a: int, b: int) -> int:
+        with open(effects, "a") as out:
+            out.write("add\n")
+        time.sleep(30)  # the gate is killed while the body runs
+        return a + b
+
+    first = Client(policy, **options)
+    first.register_tool("add", add)
+    box: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            first.govern("add", {"a": 1, "b": 2}, idempotency_key="crash")
+        except GateError as gone:
+            box["gone"] = gone
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    end = time.monotonic() + 30
+    while not effects.exists():
+        assert time.monotonic() < end
+        time.sleep(0.01)
+    os.kill(first._process.pid, signal.SIGKILL)
+    caller.join(30)
+    first.close()
+    assert "gone" in box
+    with Client(policy, **options) as second:
+        second.register_tool("add", add)
+        result = second.govern("add", {"a": 1, "b": 2}, idempotency_key="crash")
+    assert (result.phase, result.kind) == ("failed", "outcome_unknown")
+    assert effects.read_text() == "add\n"
