@@ -59,6 +59,15 @@ class GovernedTool(BaseTool):
         finally:
             _CALL_ID.reset(token)
 
+    async def arun(self, tool_input: Any, *args: Any, tool_call_id: str | None = None,
+                   **kwargs: Any) -> Any:
+        # The synchronous _run then runs in an executor, which copies this context.
+        token = _CALL_ID.set(tool_call_id)
+        try:
+            return await super().arun(tool_input, *args, tool_call_id=tool_call_id, **kwargs)
+        finally:
+            _CALL_ID.reset(token)
+
     def _run(self, *args: Any, run_manager: Any = None, **kwargs: Any) -> Any:
         call_id = _CALL_ID.get()
         key = f"{self.key_prefix}:{call_id}" if call_id else f"{self.key_prefix}:{uuid.uuid4()}"

@@ -154,3 +154,18 @@ def test_a_langgraph_agent_is_governed_call_by_call(tmp_path: Path) -> None:
     assert any(r.get("what") == "replayed" for r in records)
     verified = evalkit("verify", tmp_path / "runs")
     assert verified.returncode == 0 and "1 verified" in verified.stderr, verified.stderr
+
+
+def test_the_same_tool_call_sync_and_async_is_one_action(tmp_path: Path) -> None:
+    import asyncio
+
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(POLICY), "utf-8")
+    effects = tmp_path / "effects.txt"
+    with Client(policy, ledger=tmp_path / "gov.sqlite", runs="none",
+                env={**os.environ, "PYTHONPATH": str(ROOT)}) as gate:
+        add = governed_tools(gate, make_tools(effects)[:1], key_prefix="t")[0]
+        call_ = {"type": "tool_call", "id": "c1", "name": "add", "args": {"a": 1, "b": 2}}
+        assert asyncio.run(add.ainvoke(call_)).content == "3"
+        assert add.invoke(call_).content == "3"
+    assert effects.read_text() == "add\n"
