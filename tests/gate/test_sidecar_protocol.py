@@ -443,3 +443,23 @@ def test_a_gate_killed_mid_call_leaves_the_action_unknown_and_never_reruns_it(tm
         result = second.govern("add", {"a": 1, "b": 2}, idempotency_key="crash")
     assert (result.phase, result.kind) == ("failed", "outcome_unknown")
     assert effects.read_text() == "add\n"
+
+
+def test_approving_an_unknown_hold_is_one_sentence_and_exit_2(tmp_path: Path) -> None:
+    done = evalkit("gate", "approve", "ap_0123456789abcdef", "--decided-by", "ops",
+                   "--approvals", tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"Error: no held call has approval id ap_0123456789abcdef "
+                                   f"(in {tmp_path})")
+
+
+def test_a_hold_is_decided_once(tmp_path: Path) -> None:
+    with Sidecar(tmp_path) as gate:
+        gate.client.govern("send", {"to": "a"}, idempotency_key="mail")
+        approval_id = _approval_id(gate)
+    decide_file(approval_id, decided_by="ops", approve=False, approvals_dir=tmp_path / "approvals")
+    from evalkit.errors import EvalkitError
+
+    with pytest.raises(EvalkitError, match="decided once"):
+        decide_file(approval_id, decided_by="ops", approve=True,
+                    approvals_dir=tmp_path / "approvals")
