@@ -316,6 +316,9 @@ ENV_VARS: dict[str, str] = {
                      "($EVALKIT_HOME/audit)",
     "EVALKIT_APPROVALS": "approvals folder; none/off silences it; unset = beside the run "
                          "store ($EVALKIT_HOME/approvals)",
+    "EVALKIT_LEDGER": "the action ledger every governed call goes through: unset = a mission "
+                      "with gates uses $EVALKIT_HOME/governance.sqlite; all = every recorded "
+                      "mission does; a path = every recorded mission uses that file; off = none",
 }
 
 #: What a process running a mission promises, each promise under a stable id.

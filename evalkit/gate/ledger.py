@@ -42,14 +42,14 @@ action and is recorded as late — it never promotes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
 import secrets
-import socket
 import sqlite3
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ from typing import Any
 from evalkit.errors import EvalkitError
 from evalkit.gate import db
 from evalkit.gate.approval import APPROVE, signed_problem
+from evalkit.gate.owner import owner_alive, this_owner
 from evalkit.gate.policy import ALLOWED as _ALLOWED_OUTCOME
 from evalkit.gate.policy import DENIED as _DENIED_OUTCOME
 from evalkit.gate.policy import HELD as _HELD_OUTCOME
@@ -79,12 +80,15 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     STARTED: frozenset({COMPLETED, FAILED, OUTCOME_UNKNOWN}),
 }
 #: Kinds an action takes on beyond the policy's (``evalkit.gate.policy.KINDS``).
-LEDGER_KINDS = ("approved", "denied_by_approver", "denied_by_operator", "expired",
+KIND_APPROVED, KIND_DENIED_BY_APPROVER = "approved", "denied_by_approver"
+#: Kinds only the built-in runtime's governor decides with (its profile, closed tool set,
+#: ``--gate-tool`` and approval files are its policy).
+KIND_OUTSIDE_CLOSED_SET, KIND_APPROVAL_INVALID = "outside_closed_set", "approval_invalid"
+LEDGER_KINDS = (KIND_APPROVED, KIND_DENIED_BY_APPROVER, "denied_by_operator", "expired",
                 "late_approval", "completed", "tool_error", "crashed", "recovered_idempotent",
-                "reconciled")
+                "reconciled", KIND_OUTSIDE_CLOSED_SET, KIND_APPROVAL_INVALID)
 DEFAULT_HOLD_SECONDS = 3600.0
 _GENESIS = "0" * 64
-_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS actions (
@@ -169,8 +173,19 @@ def action_digest(tool: str, arguments: Any, policy_hash: str) -> str:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    """JSON for a column: ASCII, so a lone surrogate (a file name that is not UTF-8) is stored
+    as its escape rather than failing SQLite's UTF-8 encoding."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                       default=str)
+
+
+def _text(value: str) -> str:
+    """A name as a column can hold it: itself, or its JSON escape when it is not UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)[1:-1]
+    return value
 
 
 def _loads(text: str | None) -> Any:
@@ -185,56 +200,6 @@ def event_hash(prev: str, seq: int, key: str, event: str, state: str | None, at:
     return hashlib.sha256(prev.encode("ascii") + b"\n" + row).hexdigest()
 
 
-# -- owners -----------------------------------------------------------------------------------
-
-
-def _process_start(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot (Linux), to tell a reused pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def this_owner() -> dict[str, Any]:
-    """Who is executing: host, pid and that pid's start time."""
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid)}
-
-
-def owner_alive(owner: Any) -> bool:
-    """Whether ``owner`` may still be running. Another host's owner cannot be judged here
-    and counts as alive; on this host, a gone pid or a pid reused by a later process is dead."""
-    if not isinstance(owner, Mapping) or owner.get("host") != socket.gethostname():
-        return True
-    pid = owner.get("pid")
-    if not isinstance(pid, int):
-        return False
-    started = _process_start(pid)
-    if started is None:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return owner.get("start") is None
-    if started != owner.get("start"):
-        return False
-    try:  # a zombie (killed, not yet reaped) holds its pid but runs nothing
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-    except OSError:
-        return False
-
-
 # -- the ledger -------------------------------------------------------------------------------
 
 
@@ -246,6 +211,7 @@ class Ledger:
         self.path = Path(path) if path is not None else db.default_path()
         self.clock = clock
         self.conn = db.connect(self.path)
+        self._lock = threading.RLock()
         self.conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
 
     def close(self) -> None:
@@ -260,7 +226,8 @@ class Ledger:
     # -- reading -----------------------------------------------------------------------------
 
     def get(self, key: str) -> Action | None:
-        row = self.conn.execute(_SELECT + " WHERE key = ?", (key,)).fetchone()
+        with self._lock:
+            row = self.conn.execute(_SELECT + " WHERE key = ?", (key,)).fetchone()
         return None if row is None else _action(self.conn, row)
 
     def lookup(self, key: str) -> Action | None:
@@ -271,15 +238,17 @@ class Ledger:
         sql, args = _SELECT, ()
         if run_id is not None:
             sql, args = sql + " WHERE run_id = ?", (run_id,)
-        return [_action(self.conn, r) for r in self.conn.execute(sql + " ORDER BY created, key",
-                                                                 args)]
+        with self._lock:
+            rows = self.conn.execute(sql + " ORDER BY created, key", args).fetchall()
+        return [_action(self.conn, r) for r in rows]
 
     def events(self, key: str | None = None) -> list[Event]:
         sql, args = "SELECT seq, key, event, state, at, body, prev, hash FROM events", ()
         if key is not None:
             sql, args = sql + " WHERE key = ?", (key,)
-        return [Event(r[0], r[1], r[2], r[3], r[4], _loads(r[5]), r[6], r[7])
-                for r in self.conn.execute(sql + " ORDER BY seq", args)]
+        with self._lock:
+            rows = self.conn.execute(sql + " ORDER BY seq", args).fetchall()
+        return [Event(r[0], r[1], r[2], r[3], r[4], _loads(r[5]), r[6], r[7]) for r in rows]
 
     def wait(self, key: str, timeout: float, *, poll: float = 0.02) -> Action | None:
         """The action once it is terminal, waiting at most ``timeout`` seconds (real time)."""
@@ -295,8 +264,8 @@ class Ledger:
     def propose(self, key: str, tool: str, arguments: Any, *, policy_hash: str,
                 run_id: str | None = None) -> Action:
         """Record a proposed call, or return the same key's action when it is the same call."""
-        if not isinstance(key, str) or not key:
-            raise LedgerError("an idempotency key is a non-empty string")
+        if not isinstance(key, str) or not key or _text(key) != key:
+            raise LedgerError("an idempotency key is a non-empty string of UTF-8 text")
         digest = action_digest(tool, arguments, policy_hash)
         with self._write() as conn:
             row = conn.execute("SELECT digest FROM actions WHERE key = ?", (key,)).fetchone()
@@ -314,8 +283,8 @@ class Ledger:
                 conn.execute(
                     "INSERT INTO actions (key, digest, tool, arguments, policy_hash, run_id, "
                     "state, created, updated, head) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (key, digest, tool, _dumps(shown), policy_hash, run_id, PROPOSED, now,
-                     now, head))
+                    (key, digest, _text(tool), _dumps(shown), policy_hash, run_id, PROPOSED,
+                     now, now, head))
         return self._must(key)
 
     def decide(self, key: str, decision: Decision) -> Action:
@@ -377,7 +346,7 @@ class Ledger:
                 yes = decision["verdict"] == APPROVE
                 why = (f"{'approved' if yes else 'denied'} by {decision.get('decided_by')} "
                        f"(key {decision.get('key_id')})")
-                kind = "approved" if yes else "denied_by_approver"
+                kind = KIND_APPROVED if yes else KIND_DENIED_BY_APPROVER
                 self._move(conn, action, APPROVED if yes else DENIED, "decision",
                            {"decision": dict(decision)}, now, {"kind": kind, "reason": why})
             else:
@@ -466,8 +435,10 @@ class Ledger:
         idempotent, when it returns to ``allowed`` to be started again.
         """
         recovered = []
-        for row in self.conn.execute("SELECT key FROM actions WHERE state = ? ORDER BY key",
-                                     (STARTED,)).fetchall():
+        with self._lock:
+            started = self.conn.execute("SELECT key FROM actions WHERE state = ? ORDER BY key",
+                                        (STARTED,)).fetchall()
+        for row in started:
             action = self.get(row[0])
             if action is None or action.state != STARTED:
                 continue
@@ -508,6 +479,10 @@ class Ledger:
         Checks every link, that sequence numbers have no gaps, and that each action's
         state and head are the ones its last event says.
         """
+        with self._lock:
+            return self._verify_chain()
+
+    def _verify_chain(self) -> tuple[bool, int, str | None]:
         prev, last = _GENESIS, 0
         heads: dict[str, tuple[str, str | None]] = {}
         for ev in self.conn.execute(
@@ -528,8 +503,11 @@ class Ledger:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _write(self) -> Any:
-        return db.immediate(self.conn)
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; threads sharing this ledger take turns (one connection)."""
+        with self._lock, db.immediate(self.conn) as conn:
+            yield conn
 
     def _must(self, key: str) -> Action:
         action = self.get(key)
@@ -560,7 +538,7 @@ class Ledger:
         last = rows[-1]
         if last[7] != head or last[3] != state:
             return f"its last event says {last[3]}, the row says {state}"
-        if state == APPROVED and last[2] != "decision":
+        if state == APPROVED and not any(r[2] == "decision" and r[3] == APPROVED for r in rows):
             return "it is approved without a signed decision"
         return None
 

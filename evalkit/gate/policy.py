@@ -42,11 +42,13 @@ thing hash the same, and every decision names the hash of the policy that made i
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from evalkit.errors import EvalkitError
@@ -156,7 +158,7 @@ class Policy:
                                   "tool names are non-empty strings")
             contracts[name] = _contract(name, body, source)
         return cls(
-            tools=dict(sorted(contracts.items())),
+            tools=MappingProxyType(dict(sorted(contracts.items()))),
             max_auto_risk=_risk(data.get("max_auto_risk", DEFAULT_MAX_AUTO_RISK), source,
                                 "max_auto_risk"),
             irreversible_hold_risk=_risk(data.get("irreversible_hold_risk",
@@ -173,9 +175,10 @@ class Policy:
                 "hold_seconds": self.hold_seconds,
                 "tools": {name: c.normalized() for name, c in sorted(self.tools.items())}}
 
-    @property
+    @functools.cached_property
     def hash(self) -> str:
-        """``sha256:`` and the hex digest of the normalized policy's RFC 8785 JSON."""
+        """``sha256:`` and the hex digest of the normalized policy's RFC 8785 JSON (computed
+        once: every decision names it)."""
         return digest(self.normalized())
 
     def contract(self, tool: str) -> ToolContract | None:

@@ -23,6 +23,10 @@ from evalkit.runtime.control import ControlChannel
 from evalkit.runtime.governance import DEFAULT_PROFILE, AuditLog, Governor, audit_root
 from evalkit.runtime.run import Bounds, Observer, Run, RunOutcome
 
+#: Where the action ledger is (default: the state folder's governance database), or off.
+LEDGER_ENV = "EVALKIT_LEDGER"
+LEDGER_OFF, LEDGER_ALL = ("off", "none"), ("all", "on")
+
 if TYPE_CHECKING:
     from evalkit.runtime.governance.skills import Manifest
 
@@ -260,7 +264,10 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     token = CancelToken()
     sink: EventSink | None = None
     control: ControlChannel | None = None
+    ledger = None
     try:
+        ledger = _ledger(env, gated=bool(settings.gate_tools or settings.approval),
+                         mission_root=settings.root) if store is not None else None
         control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
@@ -278,7 +285,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
                 grants=settings.grants, manifest=manifest, gate_tools=settings.gate_tools,
                 approval_id=settings.approval, approvals=approvals,
                 audit=AuditLog(where) if where is not None else None,
-                sandbox=sandbox_name, gate_wait=settings.gate_wait, runs_root=root)
+                sandbox=sandbox_name, gate_wait=settings.gate_wait, runs_root=root,
+                ledger=ledger)
             if governor.approval_problem and notice is not None:
                 notice(f"note: {governor.approval_problem}; its call will be refused")
             if governor.deferred and notice is not None:
@@ -301,6 +309,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
         token.close()
         if control is not None:
             control.close()
+        if ledger is not None:
+            ledger.close()
         plane.close()
         if sink is not None:
             sink.close()
@@ -409,6 +419,42 @@ def _governance_parts(settings: MissionSettings, env: Mapping[str, str],
         if settings.gate_tools:
             approvals.ensure()  # a gate must be able to write its request: refuse now if not
     return manifest, approvals
+
+
+def _ledger(env: Mapping[str, str], *, gated: bool, mission_root: Path) -> Any:
+    """The action ledger a recorded mission's calls go through, or None.
+
+    Unset, ``EVALKIT_LEDGER`` means: a mission with gates (``--gate-tool``,
+    ``--approval``) uses the state folder's governance database. ``all`` makes every
+    recorded mission use it, a path names another file for every mission, ``off`` none.
+    A ledger that cannot be opened, or that lies inside the mission root outside every
+    folder the tools are kept from (where the agent could rewrite it), refuses the
+    mission: governance fails closed.
+    """
+    import sqlite3
+
+    from evalkit.gate import db
+    from evalkit.gate.ledger import Ledger
+    from evalkit.runtime.governance.reach import governed_folders
+
+    value = (env.get(LEDGER_ENV) or "").strip()
+    if value.lower() in LEDGER_OFF or (not value and not gated):
+        return None
+    path = Path(value) if value and value.lower() not in LEDGER_ALL else db.default_path(env)
+    if _within(path, mission_root) and not any(_within(path, folder)
+                                                for folder in governed_folders(env)):
+        raise EvalkitError(f"the action ledger {path} is inside the mission root {mission_root}, "
+                           f"where the agent could rewrite it: point {LEDGER_ENV} elsewhere")
+    try:
+        return Ledger(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise EvalkitError(f"cannot open the action ledger {path}: {exc} ({LEDGER_ENV}=off "
+                           "runs without it)") from None
+
+
+def _within(path: Path, folder: Path) -> bool:
+    real, inside = os.path.realpath(path), os.path.realpath(folder)
+    return real == inside or real.startswith(inside.rstrip(os.sep) + os.sep)
 
 
 def _declarations(settings: MissionSettings, manifest: Any) -> Any:

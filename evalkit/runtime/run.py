@@ -576,7 +576,8 @@ class Run:
         self._emit(_with({"event": "tool_call", "index": index, "tool": call.tool,
                           "arguments": dict(call.arguments)}, usage=usage, call=ordinal or None))
         result = self.governor.carry_out(_Clocked(self.plane, self._deadline()), call.tool,
-                                         dict(call.arguments), verdict, index=index)
+                                         dict(call.arguments), verdict, index=index,
+                                         call=ordinal)
         handle = self.results.put(result.output)
         if self._writer is not None:
             with self.token.shield():

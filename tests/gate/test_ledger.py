@@ -146,3 +146,13 @@ def test_states_are_one_tuple_and_terminal_a_subset() -> None:
     assert set(L.TERMINAL) < set(L.STATES) and len(L.STATES) == 10
     for state in L.TERMINAL:
         assert state not in L.TRANSITIONS
+
+
+def test_names_that_are_not_utf8_are_stored_escaped(tmp_path: Path) -> None:
+    book = ledger(tmp_path)
+    action = book.propose("k", "to\udcffol", {"path": "bad\udcffname"}, policy_hash="sha256:p")
+    assert action.arguments == {"path": "bad\udcffname"} and action.tool == "to\\udcffol"
+    assert action.digest == action_digest("to\udcffol", {"path": "bad\udcffname"}, "sha256:p")
+    assert book.verify_chain()[0]
+    with pytest.raises(LedgerError, match="UTF-8"):
+        book.propose("k\udcff", "t", {}, policy_hash="sha256:p")

@@ -159,3 +159,21 @@ def test_an_approved_row_forged_in_the_database_is_refused(tmp_path: Path) -> No
     with pytest.raises(LedgerError, match="will not be executed"):
         book.start("k")
     assert book.get("k").attempts == 0
+
+
+def test_a_refused_approval_after_a_valid_one_leaves_the_action_executable(tmp_path) -> None:
+    keys, book = Keys(), ledger(tmp_path)
+    held = governed(book, "k", "pay", {"amount": 5})
+    book.approve("k", _sign(keys.good, held), trust=keys.trust)
+    with pytest.raises(ApprovalRefused, match="approved, not held"):
+        book.approve("k", _sign(keys.other, held), trust=keys.trust)
+    assert book.start("k").state == "started" and book.verify_chain()[0]
+
+
+def test_the_runtime_checks_decisions_with_the_gates_functions() -> None:
+    """One owner: the runtime's approval files and the ledger share the decision checks."""
+    from evalkit.gate import approval
+    from evalkit.runtime.governance import approvals as runtime_approvals
+
+    for name in ("decision_body", "decision_problem", "request_digest"):
+        assert getattr(runtime_approvals, name) is getattr(approval, name)

@@ -118,3 +118,26 @@ def test_racing_on_different_keys_runs_each_once(tmp_path: Path) -> None:
     book = Ledger(tmp_path / "gov.sqlite")
     assert {a.state for a in book.actions()} == {"completed"}
     assert book.verify_chain()[0]
+
+
+def test_threads_sharing_one_ledger_take_turns(tmp_path: Path) -> None:
+    """Swarm lanes share their run's ledger (one connection): still one execution per key."""
+    counter = tmp_path / "counter"
+    book = Ledger(tmp_path / "gov.sqlite")
+    barrier = threading.Barrier(N)
+    outcomes: list = [None] * N
+
+    def caller(i: int) -> None:
+        barrier.wait()
+        action = govern(book, f"run1:{i % 2}:0", "noop", {"a": i % 2}, POLICY,
+                        _effect(counter))
+        outcomes[i] = (action.key, action.state, action.result["value"])
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(N)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(set(outcomes)) == [("run1:0:0", "completed", 42),
+                                     ("run1:1:0", "completed", 42)]
+    assert _count(counter) == 2 and book.verify_chain()[0]

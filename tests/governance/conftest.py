@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from evalkit.contract import conforms
+from evalkit.gate.ledger import Ledger
 from evalkit.runtime import Bounds, CancelToken, Run, RunOutcome, ScriptedBackend
 from evalkit.runtime.governance import ApprovalStore, AuditLog, Governor, Manifest
 from evalkit.runtime.tools import Bwrap, Declared, NoSandbox, ResultStore, ToolPlane
@@ -50,6 +51,8 @@ class Governed(LeftBehind):
     approvals: ApprovalStore | None
     audit_dir: Path | None
     stderr: list[str] = field(default_factory=list)
+    #: The action ledger the governor carried every call out through (None: none).
+    ledger: Ledger | None = None
 
     @property
     def started(self) -> dict[str, Any]:
@@ -84,7 +87,7 @@ def governed(tmp_path: Path) -> RunGoverned:
             root: Path | None = None, bounds: Bounds | None = None,
             audit: bool = True, approvals: bool = True, settle: bool = False,
             mcp: Sequence[str] | None = None,
-            mcp_scopes: Mapping[str, Declared] | None = None) -> Governed:
+            mcp_scopes: Mapping[str, Declared] | None = None, ledger: bool = True) -> Governed:
         n = next(counter)
         path = write_script(tmp_path / f"script{n}.json", script)
         work = root or tmp_path / f"root{n}"
@@ -103,7 +106,8 @@ def governed(tmp_path: Path) -> RunGoverned:
                 plane.catalogue(), profile=profile, grants=grants, manifest=manifest,
                 gate_tools=gate_tools, approval_id=approval_id, approvals=approval_store,
                 audit=AuditLog(audit_dir) if audit_dir else None, sandbox=box.name,
-                gate_wait=gate_wait, runs_root=tmp_path / "runs")
+                gate_wait=gate_wait, runs_root=tmp_path / "runs",
+                ledger=Ledger(tmp_path / "governance.sqlite") if ledger else None)
             token = CancelToken()
             if control is not None:
                 control.start(on_cancel=token.cancel)
@@ -119,7 +123,8 @@ def governed(tmp_path: Path) -> RunGoverned:
             assert conforms(record) == [], record
         assert records[-1]["event"] == "mission_finished"
         run_dir = store.path_of(outcome.run_id) if outcome.run_id else None
-        return Governed(outcome, records, run_dir, work, governor, approval_store, audit_dir)
+        return Governed(outcome, records, run_dir, work, governor, approval_store, audit_dir,
+                        ledger=governor.ledger)
 
     return run
 

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalkit.errors import EvalkitError
+from evalkit.gate import ledger as gate_ledger
+from evalkit.gate.policy import Decision
 from evalkit.runtime.governance import profiles
 from evalkit.runtime.governance.approvals import (
     ApprovalStore,
@@ -40,6 +42,7 @@ from evalkit.runtime.governance.skills import (
     resolve_names,
 )
 from evalkit.runtime.tools.mcp_scopes import FROM_ANNOTATIONS, FROM_DEFAULT, FROM_OPERATOR
+from evalkit.store.signing import digest
 
 if TYPE_CHECKING:
     from evalkit.runtime.cancel import CancelToken
@@ -65,6 +68,9 @@ class Verdict:
     note: str | None = None
     #: Where ``scopes`` came from, for an MCP tool (``ToolDescriptor.scope_origin``).
     origin: Mapping[str, str] = field(default_factory=dict)
+    #: Why, as the action ledger's ``kind`` (``evalkit.gate.policy.KINDS`` and
+    #: ``evalkit.gate.ledger.LEDGER_KINDS``).
+    cause: str = "allowed"
 
     @property
     def gated(self) -> bool:
@@ -94,7 +100,8 @@ class Governor:
                  manifest: Manifest | None = None, closed: Iterable[str] | None = None,
                  gated: Sequence[str] = (), approval: Mapping[str, Any] | None = None,
                  approvals: ApprovalStore | None = None, audit: AuditLog | None = None,
-                 gate_wait: float | None = None, runs_root: Path | None = None) -> None:
+                 gate_wait: float | None = None, runs_root: Path | None = None,
+                 ledger: gate_ledger.Ledger | None = None) -> None:
         self.profile = profiles.check_profile(profile)
         self.grants = profiles.check_grants(grants)
         self.manifest = manifest
@@ -104,6 +111,8 @@ class Governor:
         self.audit = audit
         self.gate_wait = gate_wait
         self.runs_root = runs_root
+        #: The action ledger every carried-out call goes through (None: not recorded there).
+        self.ledger = ledger
         admitted = self.approval["tool"] if self.approval else None
         gates = list(dict.fromkeys(gated))
         # A tool offered only because of the approval admits that one call; any
@@ -130,7 +139,8 @@ class Governor:
                 manifest: Manifest | None = None, gate_tools: Sequence[str] = (),
                 approval_id: str | None = None, approvals: ApprovalStore | None = None,
                 audit: AuditLog | None = None, sandbox: str = "none",
-                gate_wait: float | None = None, runs_root: Path | None = None) -> Governor:
+                gate_wait: float | None = None, runs_root: Path | None = None,
+                ledger: gate_ledger.Ledger | None = None) -> Governor:
         """Every check a mission makes against its live plane; refuses with one sentence."""
         profiles.check_profile(profile)
         grants = profiles.check_grants(grants)
@@ -152,7 +162,7 @@ class Governor:
         gated = [n for n in names if n in gated] + [g for g in gated if g not in names]
         governor = cls(profile, grants=grants, manifest=manifest, closed=closed, gated=gated,
                        approval=record, approvals=approvals, audit=audit, gate_wait=gate_wait,
-                       runs_root=runs_root)
+                       runs_root=runs_root, ledger=ledger)
         governor.deferred = list(dict.fromkeys(deferred))
         return governor
 
@@ -208,6 +218,8 @@ class Governor:
     def begin(self, run_id: str | None, objective: str) -> str | None:
         """The run started: open its audit file; returns ``audit_ref`` (None = audit off)."""
         self.run_id, self.objective = run_id, objective
+        if self.ledger is not None:
+            self.ledger.recover()  # calls left started by a process that died: outcome unknown
         if self.audit is not None:
             self.audit_ref = str(self.audit.open(run_id))
         return self.audit_ref
@@ -215,6 +227,15 @@ class Governor:
     def end(self) -> None:
         if self.audit is not None:
             self.audit.close()
+
+    @property
+    def policy_hash(self) -> str:
+        """The digest of what this governor decides by: its policy, as the ledger names it."""
+        return digest({"governor": {
+            "profile": self.profile, "grants": sorted(self.grants),
+            "closed": sorted(self.closed) if self.closed is not None else None,
+            "gated": list(self._gated),
+            "approval": self.approval.get("id") if self.approval else None}})
 
     def judge(self, descriptor: ToolDescriptor | None, name: str,
               arguments: Mapping[str, Any]) -> Verdict:
@@ -225,21 +246,25 @@ class Governor:
         if self.closed is not None and name not in self.closed and name != admitted:
             skills = ", ".join(self.manifest.names) if self.manifest else "the skill"
             return Verdict("deny", scopes, f"denied: {name} is outside the closed tool set of "
-                                           f"skill {skills}", origin=origin)
+                                           f"skill {skills}", origin=origin,
+                           cause=gate_ledger.KIND_OUTSIDE_CLOSED_SET)
         lacking = profiles.missing(self.profile, self.grants, scopes)
         if lacking:
             return Verdict("deny", scopes, profiles.refusal(self.profile, lacking)
-                           + _because(name, origin), origin=origin)
+                           + _because(name, origin), origin=origin, cause="scope_missing")
         if self._covers(name, arguments):
             assert self.approval is not None
             if self.approval_problem is not None:
-                return Verdict("deny", scopes, f"denied: {self.approval_problem}")
+                return Verdict("deny", scopes, f"denied: {self.approval_problem}",
+                               cause=gate_ledger.KIND_APPROVAL_INVALID)
             return Verdict("allow", scopes, f"approved by {self.approval.get('decided_by')} "
                                             f"({self.approval['id']})",
-                           approval_id=self.approval["id"], origin=origin)
+                           approval_id=self.approval["id"], origin=origin,
+                           cause=gate_ledger.KIND_APPROVED)
         if name in self._gated:
             return Verdict("gate", scopes, f"{name} is gated (--gate-tool): a person must "
-                                           "approve this call before it runs", origin=origin)
+                                           "approve this call before it runs", origin=origin,
+                           cause="requires_approval")
         return Verdict("allow", scopes, self._holding(scopes), origin=origin)
 
     def _covers(self, name: str, arguments: Mapping[str, Any]) -> bool:
@@ -310,7 +335,7 @@ class Governor:
                                                  f"--control ({gate.approval_id})",
                            approval_id=gate.approval_id if gate.durable else None,
                            decided_by=decision.decided_by, note=decision.note,
-                           origin=gate.origin)
+                           origin=gate.origin, cause=gate_ledger.KIND_APPROVED)
         if gate.durable and self.approvals is not None:
             try:
                 self.approvals.refuse(gate.approval_id, decided_by=decision.decided_by,
@@ -320,7 +345,7 @@ class Governor:
         note = f": {decision.note}" if decision.note else ""
         return Verdict("deny", gate.scopes, f"denied: {decision.decided_by} refused this call "
                                             f"to {gate.tool} ({gate.approval_id}){note}",
-                       origin=gate.origin)
+                       origin=gate.origin, cause=gate_ledger.KIND_DENIED_BY_APPROVER)
 
     def _decided_on_file(self, gate: Gate) -> Verdict | None:
         assert self.approvals is not None
@@ -332,25 +357,35 @@ class Governor:
         if state == "approved":
             problem = decision_problem(record, tool=gate.tool, arguments=gate.arguments)
             if problem is not None:
-                return Verdict("deny", gate.scopes, f"denied: {problem}")
+                return Verdict("deny", gate.scopes, f"denied: {problem}",
+                               cause=gate_ledger.KIND_APPROVAL_INVALID)
             return Verdict("allow", gate.scopes, f"approved by {record.get('decided_by')} "
                                                  f"({gate.approval_id})",
-                           approval_id=gate.approval_id, origin=gate.origin)
+                           approval_id=gate.approval_id, origin=gate.origin,
+                           cause=gate_ledger.KIND_APPROVED)
         if state == "refused":
             note = f": {record['note']}" if record.get("note") else ""
             return Verdict("deny", gate.scopes, f"denied: {record.get('decided_by')} refused "
                                                 f"this call to {gate.tool} "
-                                                f"({gate.approval_id}){note}", origin=gate.origin)
+                                                f"({gate.approval_id}){note}", origin=gate.origin,
+                           cause=gate_ledger.KIND_DENIED_BY_APPROVER)
         return None
 
     def carry_out(self, plane: Any, name: str, arguments: dict[str, Any], verdict: Verdict,
-                  *, index: int) -> ToolResult:
-        """Run an allowed call (spending its approval first) or refuse a denied one; audit it."""
+                  *, index: int, call: int = 0) -> ToolResult:
+        """Run an allowed call (spending its approval first) or refuse a denied one; audit it.
+
+        With a ledger, the call is the action ``run:step:call`` there: proposed, decided
+        as the verdict says, started (committed) before it is dispatched, and completed
+        or failed after. A key already carried out — a resumed run reaching the same
+        step — is not dispatched again.
+        """
         from evalkit.runtime.tools import ToolResult
 
         if verdict.kind != "allow":
             self._write_audit(name, verdict.scopes, "denied", verdict.reason, None, 0.0, 0, index,
                               origin=verdict.origin)
+            self._ledger_refuse(name, arguments, verdict, index, call)
             return ToolResult.failure(verdict.reason, None)
         if verdict.approval_id is not None and self.approvals is not None:
             try:
@@ -362,12 +397,27 @@ class Governor:
                 reason = f"denied: {exc.message}"
                 self._write_audit(name, verdict.scopes, "denied", reason, None, 0.0, 0, index,
                                   approval_id=verdict.approval_id, origin=verdict.origin)
+                self._ledger_refuse(name, arguments, Verdict(
+                    "deny", verdict.scopes, reason, cause=gate_ledger.KIND_APPROVAL_INVALID),
+                    index, call)
                 return ToolResult.failure(reason, None)
             if self.approval is not None and verdict.approval_id == self.approval["id"]:
                 self._spent = True
+        key, refusal = self._ledger_start(name, arguments, verdict, index, call)
+        if refusal is not None:
+            self._write_audit(name, verdict.scopes, "denied", refusal, None, 0.0, 0, index,
+                              approval_id=verdict.approval_id, origin=verdict.origin)
+            return ToolResult.failure(refusal, None)
         started = time.monotonic()
         result = plane.dispatch(name, arguments)
         took = time.monotonic() - started
+        if key is not None and self.ledger is not None:
+            outcome = {"ok": result.ok, "exit_code": result.exit_code,
+                       "output": digest(result.output)}
+            if result.ok:
+                self.ledger.complete(key, outcome)
+            else:
+                self.ledger.fail(key, {**outcome, "error": result.error})
         ran = result.exit_code is not None
         # A file name that is not UTF-8 lists as lone surrogates (os's reading): counted,
         # not a crash.
@@ -377,6 +427,42 @@ class Governor:
                           result.exit_code, took, size, index,
                           approval_id=verdict.approval_id, origin=verdict.origin)
         return result
+
+    # -- the action ledger ---------------------------------------------------------------------
+
+    def _ledger_propose(self, name: str, arguments: Mapping[str, Any], verdict: Verdict,
+                        index: int, call: int) -> tuple[str | None, str | None]:
+        """Propose and decide the call as ``verdict`` says: (its key, or why it cannot be)."""
+        if self.ledger is None or self.run_id is None:
+            return None, None
+        key = gate_ledger.default_key(self.run_id, index, call)
+        policy_hash = self.policy_hash
+        try:
+            self.ledger.propose(key, name, dict(arguments), policy_hash=policy_hash,
+                                run_id=self.run_id)
+        except gate_ledger.LedgerConflict:
+            return key, (f"denied: step {index} call {call} of run {self.run_id} is already "
+                         "another call in the action ledger; it is not run")
+        outcome = "allowed" if verdict.kind == "allow" else "denied"
+        self.ledger.decide(key, Decision(outcome, verdict.reason, verdict.cause, policy_hash))
+        return key, None
+
+    def _ledger_refuse(self, name: str, arguments: Mapping[str, Any], verdict: Verdict,
+                       index: int, call: int) -> None:
+        self._ledger_propose(name, arguments, verdict, index, call)
+
+    def _ledger_start(self, name: str, arguments: Mapping[str, Any], verdict: Verdict,
+                      index: int, call: int) -> tuple[str | None, str | None]:
+        """Win the right to dispatch (the intent row, committed); else why not."""
+        key, refusal = self._ledger_propose(name, arguments, verdict, index, call)
+        if key is None or refusal is not None or self.ledger is None:
+            return key, refusal
+        if self.ledger.start(key) is not None:
+            return key, None
+        action = self.ledger.get(key)
+        state = action.state if action is not None else "unknown"
+        return key, (f"not run again: step {index} call {call} of run {self.run_id} is "
+                     f"{state.replace('_', ' ')} in the action ledger (at most once)")
 
     def _write_audit(self, tool: str, scopes: Sequence[str], verdict: str, reason: str | None,
                      exit_code: int | None, duration_s: float, bytes_out: int, index: int,

@@ -87,6 +87,7 @@ class _ReplayDoor:
         env = {"EVALKIT_APPROVALS": "off"}
         if self.tools == "recorded":
             env["EVALKIT_AUDIT"] = "off"
+            env["EVALKIT_LEDGER"] = "off"  # nor anything to carry out at most once
         return Door(
             settings=self.settings, model=self.model,
             plane=self.make_plane if self.tools == "recorded" else None,
