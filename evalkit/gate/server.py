@@ -77,36 +77,6 @@ class _Leg:
     answer: dict[str, Any] | None = None
 
 
-class _Serialized:
-    """The ledger with one lock around each call: its one SQLite connection must not carry
-    two threads' transactions at once (other processes are kept apart by SQLite's own
-    write lock). ``wait`` is done here, polling ``get`` under the lock."""
-
-    def __init__(self, ledger: L.Ledger) -> None:
-        self._ledger = ledger
-        self._lock = threading.Lock()
-        self.clock = ledger.clock
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._ledger, name)
-        if not callable(method):
-            return method
-
-        def locked(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return method(*args, **kwargs)
-
-        return locked
-
-    def wait(self, key: str, timeout: float, *, poll: float = 0.01) -> L.Action | None:
-        end = time.monotonic() + timeout
-        while True:
-            action = self.get(key)
-            if action is None or action.terminal or time.monotonic() >= end:
-                return action
-            time.sleep(poll)
-
-
 class Approvals:
     """The folder where the gate leaves each hold's request and a person's signed decision
     lands (``<approval_id>.json``; ``evalkit gate approve`` writes the decision into it)."""
@@ -156,7 +126,7 @@ class GateServer:
                  tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
                  poll: float = POLL_SECONDS, run_id: str | None = None) -> None:
         self.policy = policy
-        self.ledger: Any = _Serialized(ledger)
+        self.ledger = ledger  # thread-safe: its one connection is used in turns
         self.recording = recording
         self.approvals = approvals
         self.trust = trust if trust is not None else signing.Trust.local()
