@@ -463,3 +463,14 @@ def test_a_hold_is_decided_once(tmp_path: Path) -> None:
     with pytest.raises(EvalkitError, match="decided once"):
         decide_file(approval_id, decided_by="ops", approve=True,
                     approvals_dir=tmp_path / "approvals")
+
+
+def test_the_committed_governance_doc_holds_the_current_protocol() -> None:
+    from evalkit.gate import protocol_doc
+
+    doc = ROOT / "docs" / "GOVERNANCE.md"
+    text = doc.read_text("utf-8") if doc.exists() else ""
+    if protocol_doc.BEGIN not in text:
+        pytest.skip("docs/GOVERNANCE.md has no generated protocol block yet")
+    assert protocol_doc.rewrite(text) == text, (
+        "regenerate it: python -m evalkit.gate.protocol_doc docs/GOVERNANCE.md")
