@@ -474,3 +474,15 @@ def test_the_committed_governance_doc_holds_the_current_protocol() -> None:
         pytest.skip("docs/GOVERNANCE.md has no generated protocol block yet")
     assert protocol_doc.rewrite(text) == text, (
         "regenerate it: python -m evalkit.gate.protocol_doc docs/GOVERNANCE.md")
+
+
+def test_a_client_whose_gate_cannot_start_says_so_at_once(tmp_path: Path) -> None:
+    import os
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("tools: {x: {risk: 9, reversible: true}}\n")
+    started = time.monotonic()
+    with pytest.raises(GateError, match="did not say ready"):
+        Client(policy, ledger=tmp_path / "l.sqlite", runs="none",
+               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert time.monotonic() - started < 30
