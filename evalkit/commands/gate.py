@@ -70,18 +70,27 @@ def serve(policy: Path, ledger: Path | None, runs: Path | None, run_id: str | No
 @click.option("--note", default=None, help="Why, kept with the decision.")
 @click.option("--approvals", "approvals_dir", type=click.Path(path_type=Path), default=None,
               help="The gate's approvals folder (default: the state folder's).")
+@click.option("--ledger", type=click.Path(path_type=Path), default=None,
+              help="The governance database the gate holds the call in (default: the "
+                   "state folder's).")
 def approve(approval_id: str, decided_by: str, deny: bool, note: str | None,
-            approvals_dir: Path | None) -> None:
+            approvals_dir: Path | None, ledger: Path | None) -> None:
     """Sign a decision on a call the gate holds."""
     record = decide_file(approval_id, decided_by=decided_by, approve=not deny, note=note,
-                         approvals_dir=approvals_dir)
+                         approvals_dir=approvals_dir, ledger_path=ledger)
     click.echo(f"{approval_id}: {record['state']} by {record['decision']['decided_by']} "
                f"({record['tool']}, key {record['key']})")
 
 
 def decide_file(approval_id: str, *, decided_by: str, approve: bool, note: str | None = None,
-                approvals_dir: Path | None = None, signer: object = None) -> dict:
-    """Sign a decision into the hold's approval file; the file must still be pending."""
+                approvals_dir: Path | None = None, signer: object = None,
+                ledger_path: Path | None = None) -> dict:
+    """Sign a decision into the hold's approval file; the file must still be pending.
+
+    What is signed is the digest the *ledger* holds for the action (the system of
+    record), never the file's word alone: a request file whose key, tool, arguments or
+    digest were rewritten to show a person something else is refused.
+    """
     import re
 
     from evalkit.gate.approval import APPROVE, DENY, sign_decision
@@ -108,10 +117,35 @@ def decide_file(approval_id: str, *, decided_by: str, approve: bool, note: str |
     if record.get("decision") is not None or record.get("state") != "pending":
         raise EvalkitError(f"approval {approval_id} is already {record.get('state')}; a hold "
                            "is decided once")
+    digest = _ledger_digest(record, approval_id, ledger_path)
     key = signer if signer is not None else local_signer()
-    decision = sign_decision(key, approval_id=approval_id, digest=str(record.get("digest")),
+    decision = sign_decision(key, approval_id=approval_id, digest=digest,
                              verdict=APPROVE if approve else DENY,
                              decided_by=decided_by.strip(), note=note)
     record.update(state="approved" if approve else "denied", decision=decision)
     replace_file(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n", fsync=True)
     return record
+
+
+def _ledger_digest(record: dict, approval_id: str, ledger_path: Path | None) -> str:
+    """The held action's digest from the ledger, once the request file agrees with it."""
+    from evalkit.gate import db
+    from evalkit.gate.ledger import HELD, Ledger
+
+    path = ledger_path if ledger_path is not None else db.default_path()
+    if not Path(path).exists():
+        raise EvalkitError(f"no governance database at {path}; say where the gate keeps it "
+                           "(--ledger PATH)")
+    with Ledger(path) as ledger:
+        action = ledger.get(str(record.get("key")))
+    if action is None or action.approval_id != approval_id:
+        raise EvalkitError(f"the ledger {path} holds no action with approval id {approval_id}; "
+                           "nothing was decided")
+    if action.state != HELD:
+        raise EvalkitError(f"approval {approval_id}'s action is {action.state}, not held; "
+                           "nothing was decided")
+    shown = (record.get("tool"), record.get("arguments"), record.get("digest"))
+    if shown != (action.tool, action.arguments, action.digest):
+        raise EvalkitError(f"approval {approval_id}'s request file does not match the ledger "
+                           "(it was altered); nothing was decided")
+    return action.digest

@@ -128,7 +128,7 @@ def test_a_langgraph_agent_is_governed_call_by_call(tmp_path: Path) -> None:
         # A person approves the email with a signed decision; the page is left to expire.
         held = {json.loads(p.read_text())["tool"]: p.stem for p in approvals.glob("ap_*.json")}
         decide_file(held["send_email"], decided_by="ops lead", approve=True,
-                    approvals_dir=approvals)
+                    approvals_dir=approvals, ledger_path=tmp_path / "gov.sqlite")
         time.sleep(1.3)
         # Turn two: the model repeats its calls with the same ids: add is the same action
         # (recorded, not run again), the email runs now, the page has expired.

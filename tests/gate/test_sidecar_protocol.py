@@ -190,7 +190,8 @@ def test_a_signed_approval_releases_the_call_once(tmp_path: Path) -> None:
         gate.client.register_tool("send", lambda to: sent.append(to) or f"sent to {to}")
         gate.client.govern("send", {"to": "a"}, idempotency_key="mail")
         decide_file(_approval_id(gate), decided_by="ops", approve=True,
-                    approvals_dir=tmp_path / "approvals")
+                    approvals_dir=tmp_path / "approvals",
+                    ledger_path=tmp_path / "governance.sqlite")
         done = gate.client.resume("mail", wait_ms=1000)
         again = gate.client.resume("mail")
     assert (done.phase, done.kind, done.result, done.replayed) == (
@@ -203,7 +204,8 @@ def test_a_signed_no_refuses_the_call(tmp_path: Path) -> None:
         gate.client.register_tool("send", lambda to: pytest.fail("the body ran"))
         gate.client.govern("send", {"to": "a"}, idempotency_key="mail")
         decide_file(_approval_id(gate), decided_by="ops", approve=False,
-                    approvals_dir=tmp_path / "approvals")
+                    approvals_dir=tmp_path / "approvals",
+                    ledger_path=tmp_path / "governance.sqlite")
         refused = gate.client.resume("mail", wait_ms=1000)
     assert (refused.phase, refused.kind) == ("rejected", "refused")
 
@@ -213,7 +215,8 @@ def test_a_decision_signed_by_an_untrusted_key_releases_nothing(tmp_path: Path) 
         gate.client.register_tool("send", lambda to: pytest.fail("the body ran"))
         gate.client.govern("send", {"to": "a"}, idempotency_key="mail")
         decide_file(_approval_id(gate), decided_by="mallory", approve=True,
-                    approvals_dir=tmp_path / "approvals", signer=Signer.generate())
+                    approvals_dir=tmp_path / "approvals", signer=Signer.generate(),
+                    ledger_path=tmp_path / "governance.sqlite")
         still = gate.client.resume("mail", wait_ms=100)
     assert still.phase == "pending_approval"
     checked = [r for r in gate.records() if r.get("what") == "approval_checked"]
@@ -228,15 +231,27 @@ def test_a_late_approval_is_recorded_and_never_promotes(tmp_path: Path) -> None:
         gate.clock.advance(601)
         # One expires before its decision arrives, the other has its decision waiting.
         assert gate.client.resume("late").kind == "expired"
+        # `evalkit gate approve` refuses an action no longer held; a decision signed anyway
+        # (by hand, or by a tool that did not look) lands in the file.
         for path in sorted((tmp_path / "approvals").glob("ap_*.json")):
-            decide_file(path.stem, decided_by="ops", approve=True,
-                        approvals_dir=tmp_path / "approvals")
+            _sign_into(path)
         first = gate.client.resume("late", wait_ms=200)
         second = gate.client.resume("later", wait_ms=200)
     assert (first.phase, first.kind) == (second.phase, second.kind) == ("rejected", "expired")
     late = [r for r in gate.records() if r.get("what") == "late_approval"]
     assert {r["key"] for r in late} == {"late", "later"}
     assert all(e.event != "decision" for e in gate_events(tmp_path))
+
+
+def _sign_into(path: Path) -> None:
+    from evalkit.gate.approval import sign_decision
+    from evalkit.store.signing import local_signer
+
+    record = json.loads(path.read_text())
+    record["decision"] = sign_decision(local_signer(), approval_id=record["id"],
+                                       digest=record["digest"], verdict="approve",
+                                       decided_by="ops")
+    path.write_text(json.dumps(record))
 
 
 def gate_events(tmp_path: Path) -> list:
@@ -457,12 +472,15 @@ def test_a_hold_is_decided_once(tmp_path: Path) -> None:
     with Sidecar(tmp_path) as gate:
         gate.client.govern("send", {"to": "a"}, idempotency_key="mail")
         approval_id = _approval_id(gate)
-    decide_file(approval_id, decided_by="ops", approve=False, approvals_dir=tmp_path / "approvals")
+    decide_file(approval_id, decided_by="ops", approve=False,
+                approvals_dir=tmp_path / "approvals",
+                    ledger_path=tmp_path / "governance.sqlite")
     from evalkit.errors import EvalkitError
 
     with pytest.raises(EvalkitError, match="decided once"):
         decide_file(approval_id, decided_by="ops", approve=True,
-                    approvals_dir=tmp_path / "approvals")
+                    approvals_dir=tmp_path / "approvals",
+                    ledger_path=tmp_path / "governance.sqlite")
 
 
 def test_the_committed_governance_doc_holds_the_current_protocol() -> None:
@@ -486,3 +504,20 @@ def test_a_client_whose_gate_cannot_start_says_so_at_once(tmp_path: Path) -> Non
         Client(policy, ledger=tmp_path / "l.sqlite", runs="none",
                env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert time.monotonic() - started < 30
+
+
+def test_a_request_file_rewritten_to_show_something_else_is_never_signed(tmp_path: Path
+                                                                        ) -> None:
+    from evalkit.errors import EvalkitError
+
+    with Sidecar(tmp_path) as gate:
+        gate.client.govern("send", {"to": "everyone@example.com"}, idempotency_key="mail")
+        (path,) = (tmp_path / "approvals").glob("ap_*.json")
+        record = json.loads(path.read_text())
+        record["arguments"] = {"to": "me@example.com"}  # what a person would be shown
+        path.write_text(json.dumps(record))
+        with pytest.raises(EvalkitError, match="does not match the ledger"):
+            decide_file(path.stem, decided_by="ops", approve=True,
+                        approvals_dir=tmp_path / "approvals",
+                        ledger_path=tmp_path / "governance.sqlite")
+        assert gate.client.resume("mail").phase == "pending_approval"
