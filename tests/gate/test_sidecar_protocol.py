@@ -473,8 +473,7 @@ def test_a_hold_is_decided_once(tmp_path: Path) -> None:
         gate.client.govern("send", {"to": "a"}, idempotency_key="mail")
         approval_id = _approval_id(gate)
     decide_file(approval_id, decided_by="ops", approve=False,
-                approvals_dir=tmp_path / "approvals",
-                    ledger_path=tmp_path / "governance.sqlite")
+                approvals_dir=tmp_path / "approvals", ledger_path=tmp_path / "governance.sqlite")
     from evalkit.errors import EvalkitError
 
     with pytest.raises(EvalkitError, match="decided once"):
