@@ -152,6 +152,16 @@ def test_a_langgraph_agent_is_governed_call_by_call(tmp_path: Path) -> None:
     assert sorted(r["tool"] for r in records if r["event"] == "gate_requested") == [
         "page_oncall", "send_email"]
     assert any(r.get("what") == "replayed" for r in records)
+    # Concurrent calls still make a stream whose every record lies inside its step, with
+    # each tool_result right after its tool_call.
+    step = None
+    for before, record in zip([None, *records[:-1]], records, strict=True):
+        if record["event"] == "step_started":
+            step = record["index"]
+        elif "index" in record:
+            assert record["index"] == step, record
+        if record["event"] == "tool_result":
+            assert before["event"] == "tool_call" and before["tool"] == record["tool"]
     verified = evalkit("verify", tmp_path / "runs")
     assert verified.returncode == 0 and "1 verified" in verified.stderr, verified.stderr
 
