@@ -25,6 +25,7 @@ EVENTS: tuple[str, ...] = (
     "tool_call",
     "tool_result",
     "gate_requested",
+    "governance",
     "answer_delta",
     "answer",
     "grounding",
@@ -42,6 +43,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "index", "tool", "arguments", "ok", "exit_code", "output", "error", "handle", "truncated",
     ),
     "gate_requested": ("index", "tool", "arguments", "reason"),
+    "governance": ("index", "key", "what", "tool"),
     "answer_delta": ("index", "part", "text"),
     "answer": ("text", "outcome"),
     "grounding": (
@@ -62,6 +64,8 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
     "tool_call": ("usage", "call"),
     "tool_result": ("call",),
     "gate_requested": ("approval_id", "digest"),
+    "governance": ("phase", "kind", "reason", "digest", "policy_hash", "deadline",
+                   "request_id", "correlation_id", "approval_id", "detail"),
     "answer_delta": (),
     "answer": ("usage",),
     "grounding": (),
@@ -177,6 +181,20 @@ CHECK_VERDICTS: tuple[str, ...] = ("unconfigured", "nothing_considered", "suppor
 #: Capability profiles, weakest first.
 PROFILES: tuple[str, ...] = ("safe", "dev", "research", "ops", "god")
 
+#: ``governance.what``: each step of a call's arbitration by the gate sidecar
+#: (``evalkit gate serve``), recorded as it happens; ``key`` is the action's idempotency key.
+GOVERNANCE_WHAT: dict[str, str] = {
+    "received": "a govern or resume request arrived (request_id)",
+    "decided": "the policy decided (phase, kind, reason, digest, policy_hash)",
+    "held": "the call is held for a person until deadline (approval_id)",
+    "approval_checked": "a resume looked for a signed decision (detail says what it found)",
+    "late_approval": "a decision arrived after the deadline: recorded, never releases the call",
+    "run_tool": "the body was handed to the client to run (correlation_id)",
+    "result": "the call reached its end (phase, kind)",
+    "replayed": "a retried request got the recorded outcome; nothing ran",
+    "error": "a request was refused (kind is the protocol's error code)",
+}
+
 #: ``mission_started.sandbox`` values.
 SANDBOXES: tuple[str, ...] = ("bwrap", "none")
 
@@ -192,6 +210,7 @@ VALUE_SETS: dict[str, tuple[str, ...]] = {
     "mission_started.profile": PROFILES,
     "mission_started.sandbox": SANDBOXES,
     "mission_finished.budget.which": BUDGETS,
+    "governance.what": tuple(GOVERNANCE_WHAT),
 }
 
 
@@ -340,6 +359,8 @@ TYPES: dict[str, dict[str, tuple[str, ...]]] = {
                     "truncated": ("boolean",)},
     "gate_requested": {"index": ("integer",), "tool": ("string",), "arguments": ("object",),
                        "reason": ("string",)},
+    "governance": {"index": ("integer",), "key": ("string", "null"), "what": ("string",),
+                   "tool": ("string", "null")},
     "answer_delta": {"index": ("integer",), "part": ("integer",), "text": ("string",)},
     "answer": {"text": ("string",), "outcome": ("string",)},
     "grounding": {"ran": ("boolean",), "grounded": ("boolean",), "verified": ("boolean",),
@@ -471,6 +492,7 @@ def as_dict() -> dict[str, Any]:
         "profiles": list(PROFILES),
         "sandboxes": list(SANDBOXES),
         "budgets": list(BUDGETS),
+        "governance_what": dict(GOVERNANCE_WHAT),
         "value_sets": {path: list(words) for path, words in VALUE_SETS.items()},
         "cli_flags": [dict(f) for f in CLI_FLAGS],
         "env_vars": dict(ENV_VARS),

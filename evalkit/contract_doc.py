@@ -65,6 +65,13 @@ def render() -> str:
             "charges the model only with what the model did:", ""]
     out += [f"- **{name}** — {meaning}" for name, meaning in c.WIRE_FAULTS.items()]
     out += [""]
+    out += ["## Governed calls (`GOVERNANCE_WHAT`)", "",
+            "A run of the gate sidecar (`evalkit gate serve`) records each call of a foreign "
+            "framework as `tool_call` and `tool_result` (a refused call as a failing result), "
+            "a held one as `gate_requested`, and every step of the arbitration as a "
+            "`governance` record whose `what` is one of:", ""]
+    out += [f"- `{what}` — {meaning}" for what, meaning in c.GOVERNANCE_WHAT.items()]
+    out += [""]
     out += ["## Value sets (`VALUE_SETS`)", ""]
     out += [f"- `{path}`: {_codes(words)}" for path, words in c.VALUE_SETS.items()]
     out += [""]

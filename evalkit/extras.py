@@ -35,6 +35,8 @@ BUILTIN_RUNTIME = "the built-in runtime (no agent after --)"
 RAY_EXECUTOR = "--executor ray"
 #: ``evalkit export inspect``: the logs are built from inspect_ai's own types.
 INSPECT_EXPORT = "export inspect"
+#: ``evalkit.gate.langgraph``: governed stand-ins for a LangGraph agent's LangChain tools.
+GATE_LANGGRAPH = "evalkit.gate.langgraph"
 
 #: What needs an extra -> which. ``evalkit NAME`` entries are whole commands, refused
 #: before their module is imported; the others are choices within ``run`` and ``measure``.
@@ -46,6 +48,7 @@ NEEDS: dict[str, str] = {
     BUILTIN_RUNTIME: "agent",
     RAY_EXECUTOR: "ray",
     INSPECT_EXPORT: "inspect",
+    GATE_LANGGRAPH: "langgraph",
 }
 
 
