@@ -424,6 +424,15 @@ class Ledger:
                        self.clock(), {"kind": kind, "error": _dumps(error)})
         return self._must(key)
 
+    def unknown(self, key: str, why: str) -> Action:
+        """A started action whose effect cannot be known (its executor stopped answering):
+        ``outcome_unknown``, never run again — the same end a dead owner's action gets."""
+        with self._write() as conn:
+            action = self._row(conn, key)
+            self._move(conn, action, OUTCOME_UNKNOWN, "unknown", {"reason": why},
+                       self.clock(), {"kind": "unanswered", "reason": why})
+        return self._must(key)
+
     def recover(self, *, all_owners: bool = False, policy: Policy | None = None,
                 reconciler: Callable[[Action], tuple[str, Any] | None] | None = None
                 ) -> list[Action]:

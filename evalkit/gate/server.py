@@ -361,7 +361,7 @@ class GateServer:
         if arguments is None:
             error = ("the call's arguments are not known to this gate (it was proposed "
                      "elsewhere and its recorded arguments are redacted); it is not run")
-            self.ledger.fail(key, error, kind="outcome_unknown")
+            self.ledger.fail(key, error, kind="not_run")
             return self._finish(request_id, key)
         leg = _Leg(f"c-{next(self._legs_made)}", request_id, key)
         with self._state:
@@ -375,8 +375,8 @@ class GateServer:
             self._legs.pop(leg.correlation_id, None)
             answer = leg.answer
         if not answered or answer is None:
-            self.ledger.fail(key, f"no answer to run_tool within {self.tool_timeout:g} s; "
-                                  "whether the body ran is unknown", kind="outcome_unknown")
+            self.ledger.unknown(key, f"no answer to run_tool within {self.tool_timeout:g} s; "
+                                     "whether the body ran is unknown")
         elif answer["type"] == "tool_result":
             self.ledger.complete(key, answer["output"])
         else:

@@ -156,3 +156,19 @@ def test_names_that_are_not_utf8_are_stored_escaped(tmp_path: Path) -> None:
     assert book.verify_chain()[0]
     with pytest.raises(LedgerError, match="UTF-8"):
         book.propose("k\udcff", "t", {}, policy_hash="sha256:p")
+
+
+def test_a_started_action_whose_executor_went_silent_is_outcome_unknown_for_good(
+        tmp_path: Path) -> None:
+    book = ledger(tmp_path)
+    governed(book, "k", "noop", {})
+    with pytest.raises(LedgerError):
+        book.unknown("k", "never started")  # only a started action can be unknown
+    book.start("k")
+    gone = book.unknown("k", "no answer within 1 s")
+    assert (gone.state, gone.kind, gone.reason) == ("outcome_unknown", "unanswered",
+                                                    "no answer within 1 s")
+    assert book.start("k") is None
+    with pytest.raises(LedgerError):
+        book.complete("k", "late")
+    assert book.verify_chain()[0]

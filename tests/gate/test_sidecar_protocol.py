@@ -20,6 +20,7 @@ import pytest
 from evalkit.commands.gate import decide_file
 from evalkit.gate import protocol as P
 from evalkit.gate.client import Client, GateError
+from evalkit.gate.ledger import Ledger
 from evalkit.gate.server import iso
 from evalkit.store.signing import Signer
 from tests._multiply import ROOT, evalkit
@@ -144,6 +145,7 @@ def test_a_body_that_never_answers_is_outcome_unknown_and_never_runs_again(tmp_p
         assert time.monotonic() - started < 2.5
         again = gate.client.govern("slow", {}, idempotency_key="stuck")
     assert (first.phase, first.kind) == ("failed", "outcome_unknown")
+    assert Ledger(tmp_path / "governance.sqlite").get("stuck").state == "outcome_unknown"
     assert (again.phase, again.kind, again.replayed) == ("failed", "outcome_unknown", True)
     assert runs == [1]
 
