@@ -126,7 +126,8 @@ def test_every_mission_folder_keeps_what_a_reader_needs_and_nothing_else(
         # A judged mission keeps what its (scripted) judge said, sealed apart.
         judgments = ["judge/judge.jsonl", "judge/manifest.json"] if folder.name in judged else []
         assert files == ["audit/<run>.jsonl", "command.json", "events.jsonl", *judgments,
-                         "manifest.json", "runs/<run>/events.jsonl", "runs/<run>/manifest.json",
+                         "manifest.json", "runs/<run>/certificates.jsonl", "runs/<run>/events.jsonl",
+                         "runs/<run>/manifest.json",
                          "runs/<run>/meta.json", "runs/<run>/model.jsonl",
                          "runs/<run>/tools.jsonl", "stderr.txt", "stdout.txt"], folder
         for small in ("stdout.txt", "stderr.txt"):
