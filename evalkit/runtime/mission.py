@@ -269,7 +269,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     try:
         ledger = _ledger(env, gated=bool(settings.gate_tools or settings.approval),
                          mission_root=settings.root) if store is not None else None
-        pauses = _pauses(ledger, env)
+        # A replay's gates stop nothing live: there is nothing a person could resume.
+        pauses = _pauses(ledger, env) if not settings.replay else None
         control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):

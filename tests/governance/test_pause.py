@@ -178,3 +178,49 @@ def test_with_the_ledger_off_no_checkpoint_is_kept_and_resume_works_as_before(
     done = _run(tmp_path, _resume(tmp_path, run_id, approval_id, items, "off", env), env)
     assert done.returncode == 0, done.stderr
     assert read_jsonl(tmp_path / "off.jsonl")[-1]["outcome"] == "answered"
+
+
+def test_resumers_racing_through_take_get_one_lease(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads through the resume's own code path: one lease, seven one-sentence refusals."""
+    import threading
+
+    from evalkit.commands.approvals import approve
+    from evalkit.errors import EvalkitError
+    from evalkit.runtime.governance import ApprovalStore
+    from evalkit.runtime.mission import MissionSettings
+    from evalkit.runtime.pause import Pauses
+    from evalkit.runtime.resume import open_resume
+    from evalkit.store.runstore import RunStore
+
+    env = _env(tmp_path)
+    monkeypatch.setenv("EVALKIT_HOME", env["EVALKIT_HOME"])  # the key the run was signed with
+    run_id, approval_id = _pause(tmp_path, env)
+    record = approve(ApprovalStore(tmp_path / "approvals"), approval_id, decided_by="dana")
+    settings = MissionSettings(objective="", resume=run_id, provider="scripted", script="x")
+    door = open_resume(settings, RunStore(tmp_path / "runs"))
+    try:
+        barrier, won, refused = threading.Barrier(8), [], []
+
+        def resumer() -> None:
+            pauses = Pauses(tmp_path / "home" / "governance.sqlite", env)
+            barrier.wait()
+            try:
+                won.append(pauses.take(door.settings, door.resume, record))
+            except EvalkitError as exc:
+                refused.append(str(exc))
+            finally:
+                pauses.close()
+
+        threads = [threading.Thread(target=resumer) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        door.close()
+    assert len(won) == 1 and won[0].checkpoint_id == approval_id and won[0].operator == "dana"
+    assert len(refused) == 7
+    assert set(refused) == {f"run {run_id} is not resumed: its checkpoint for approval "
+                            f"{approval_id} cannot be used: another resume of it is running "
+                            "(a paused run is resumed once)"}
