@@ -310,9 +310,9 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
                 if pauses is not None and door.resume is not None \
                 and governor.approval is not None and governor.approval_problem is None \
                 else None
-            if control is not None:
-                control.start(on_cancel=token.cancel)
-            try:
+            try:  # from here a failure fails the lease with a code (never its text)
+                if control is not None:
+                    control.start(on_cancel=token.cancel)
                 outcome = run.run(settings.objective)
             except BaseException as exc:
                 if lease is not None and pauses is not None:
