@@ -155,8 +155,13 @@ def approve_command(approval_id: str, decided_by: str, note: str | None) -> None
 @click.option("--note", metavar="TEXT", help="Why, for the record.")
 def deny_command(approval_id: str, decided_by: str, note: str | None) -> None:
     """Deny a pending request (also spelled `refuse`)."""
+    from evalkit.runtime.pause import reject
+
     record = deny(_store(), approval_id, decided_by=decided_by, note=note)
-    click.echo(f"{record['id']} refused by {record['decided_by']}: {record['tool']} will not run")
+    # The paused run's checkpoint goes with it: rejected, its sealed state dropped unopened.
+    paused = reject(os.environ, approval_id, operator=record["decided_by"])
+    click.echo(f"{record['id']} refused by {record['decided_by']}: {record['tool']} will not run"
+               + ("; the paused run's checkpoint is rejected" if paused else ""))
 
 
 approvals.add_command(deny_command, "refuse")

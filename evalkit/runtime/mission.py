@@ -265,9 +265,12 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     sink: EventSink | None = None
     control: ControlChannel | None = None
     ledger = None
+    pauses = None
     try:
         ledger = _ledger(env, gated=bool(settings.gate_tools or settings.approval),
                          mission_root=settings.root) if store is not None else None
+        # A replay's gates stop nothing live: there is nothing a person could resume.
+        pauses = _pauses(ledger, env) if not settings.replay else None
         control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
@@ -302,13 +305,30 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
                        sandbox=sandbox_name, cancel_token=token, governor=governor,
                        control=control, resume=door.resume, closing_meta=door.closing,
                        grounding=_grammar(manifest), **staging)
-            if control is not None:
-                control.start(on_cancel=token.cancel)
-            outcome = run.run(settings.objective)
+            # The paused run's checkpoint is leased before the run takes its first step.
+            lease = pauses.take(settings, door.resume, governor.approval) \
+                if pauses is not None and door.resume is not None \
+                and governor.approval is not None and governor.approval_problem is None \
+                else None
+            try:  # from here a failure fails the lease with a code (never its text)
+                if control is not None:
+                    control.start(on_cancel=token.cancel)
+                outcome = run.run(settings.objective)
+            except BaseException as exc:
+                if lease is not None and pauses is not None:
+                    pauses.fail(lease, "operator_aborted" if isinstance(exc, KeyboardInterrupt)
+                                else "resume_failed")
+                raise
+            if pauses is not None:
+                said = _settle(pauses, settings, outcome, store, lease)
+                if said and notice is not None:
+                    notice(said)
     finally:
         token.close()
         if control is not None:
             control.close()
+        if pauses is not None:
+            pauses.close()
         if ledger is not None:
             ledger.close()
         plane.close()
@@ -450,6 +470,35 @@ def _ledger(env: Mapping[str, str], *, gated: bool, mission_root: Path) -> Any:
     except (OSError, sqlite3.Error) as exc:
         raise EvalkitError(f"cannot open the action ledger {path}: {exc} ({LEDGER_ENV}=off "
                            "runs without it)") from None
+
+
+def _pauses(ledger: Any, env: Mapping[str, str]) -> Any:
+    """Paused runs' checkpoints, in the ledger's database; None with the ledger off.
+
+    Without a ledger nothing is saved and a resume needs no lease: it behaves as
+    it did before checkpoints existed (``evalkit.runtime.pause``).
+    """
+    if ledger is None:
+        return None
+    from evalkit.runtime.pause import Pauses
+
+    return Pauses(ledger.path, env)
+
+
+def _settle(pauses: Any, settings: MissionSettings, outcome: RunOutcome, store: Any,
+            lease: Any) -> str | None:
+    """The run ended: save its pause or settle its lease; a sentence when that did not work.
+
+    The run is over and recorded whatever happens here, so a checkpoint that could
+    not be written is said, not raised: a resume then has no checkpoint to lease.
+    """
+    import sqlite3
+
+    run_dir = store.path_of(outcome.run_id) if outcome.run_id else None
+    try:
+        return pauses.settle(settings, outcome, run_dir, lease)
+    except (EvalkitError, OSError, sqlite3.Error) as exc:
+        return f"note: the paused run's checkpoint was not saved: {exc}"
 
 
 def _within(path: Path, folder: Path) -> bool:
