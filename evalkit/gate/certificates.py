@@ -240,6 +240,13 @@ def runs_under(path: Path) -> list[Path]:
     for top, dirs, names in os.walk(path):
         dirs[:] = sorted(d for d in dirs if d not in ("work", "approvals")
                          and not d.startswith("."))
-        if layout.EVENTS_FILE in names:
+        if layout.EVENTS_FILE in names and not _captures_a_run(Path(top)):
             found.append(Path(top))
     return sorted(found)
+
+
+def _captures_a_run(folder: Path) -> bool:
+    """A harness's mission folder: its stream is the capture of the run filed under its
+    ``runs/``, which is certified on its own (once, not twice)."""
+    runs = folder / "runs"
+    return runs.is_dir() and any((run / layout.EVENTS_FILE).is_file() for run in runs.iterdir())

@@ -24,6 +24,7 @@ from evalkit.gate.certificates import (
     check,
     issue,
     recompute,
+    runs_under,
 )
 from evalkit.store.runstore import RunWriter
 from evalkit.store.seal import VERIFIED, Checker
@@ -352,3 +353,13 @@ def test_a_run_folder_that_refuses_the_file_is_one_sentence(tmp_path: Path) -> N
     assert done.exit_code != 0
     assert f"cannot write the certificates of {run}" in done.output
     assert "Traceback" not in done.output
+
+
+def test_a_harness_mission_folder_is_not_counted_beside_the_run_it_captured() -> None:
+    """`evalkit run` files the run under the mission folder and keeps the piped capture
+    beside it: one run, one line (the committed corpus is laid out so)."""
+    corpus = Path(__file__).resolve().parents[2] / "recordings" / "stub" / "good"
+    found = runs_under(corpus)
+    missions = sorted(p for p in corpus.iterdir() if p.is_dir())
+    assert len(found) == len(missions) > 0
+    assert all(run.parent.name == "runs" for run in found)
