@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.errors import EvalkitError
+from evalkit.store.signing import write_file
 from evalkit.store.state import KEYS, state_home
 
 #: The envelope format this module writes and the only one it opens.
@@ -146,8 +147,10 @@ class KeyProvider:
         kid = now.strftime("k%Y%m%d%H%M%S") + "-" + secrets.token_hex(4)
         record = {"kid": kid, "created": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                   "key": base64.b64encode(secrets.token_bytes(KEY_BYTES)).decode("ascii")}
-        _write(self.folder / f"{kid}.key", json.dumps(record).encode("ascii"), exclusive=True)
-        _write(self.folder / ACTIVE_FILE, kid.encode("ascii"), exclusive=False)
+        if not write_file(self.folder / f"{kid}.key", json.dumps(record).encode("ascii"), 0o600,
+                          replace=False):
+            raise FileExistsError(self.folder / f"{kid}.key")  # a key id is never reused
+        write_file(self.folder / ACTIVE_FILE, kid.encode("ascii"), 0o600, replace=True)
         return kid
 
     @contextlib.contextmanager
@@ -167,25 +170,6 @@ class KeyProvider:
             yield
         finally:
             os.close(fd)
-
-
-def _write(path: Path, data: bytes, *, exclusive: bool) -> None:
-    """Write through a private temporary file, fsync'd; link it (``exclusive``) or rename it."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        if exclusive:
-            os.link(tmp, path)
-        else:
-            os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 def _aad(identity: Mapping[str, str], header: Mapping[str, Any]) -> bytes:

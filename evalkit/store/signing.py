@@ -161,9 +161,9 @@ def local_signer(environ: Mapping[str, str] | None = None, *, create: bool = Tru
     signer = Signer.generate()
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not _write_new(path, signer.private_pem(), 0o600, replace=False):
+        if not write_file(path, signer.private_pem(), 0o600, replace=False):
             signer = Signer.from_pem(path.read_bytes(), path)  # another process won
-        _write_new(folder / PUBLIC_FILE, signer.public_pem(), 0o644, replace=True)
+        write_file(folder / PUBLIC_FILE, signer.public_pem(), 0o644, replace=True)
     except OSError as exc:
         raise EvalkitError(f"cannot create the signing key in {folder}: {exc.strerror or exc} "
                            "(EVALKIT_HOME moves the state folder)") from None
@@ -173,13 +173,14 @@ def local_signer(environ: Mapping[str, str] | None = None, *, create: bool = Tru
 def write_signer(signer: Signer, folder: Path) -> None:
     """Put ``signer`` in ``folder`` as a state folder's key (record-corpus's own key)."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    _write_new(folder / KEY_FILE, signer.private_pem(), 0o600, replace=True)
-    _write_new(folder / PUBLIC_FILE, signer.public_pem(), 0o644, replace=True)
+    write_file(folder / KEY_FILE, signer.private_pem(), 0o600, replace=True)
+    write_file(folder / PUBLIC_FILE, signer.public_pem(), 0o644, replace=True)
 
 
-def _write_new(path: Path, data: bytes, mode: int, *, replace: bool) -> bool:
-    """Write ``data`` to a private temporary file, then link (or, ``replace``, rename) it
-    to ``path``; False when ``path`` existed and was not replaced."""
+def write_file(path: Path, data: bytes, mode: int, *, replace: bool) -> bool:
+    """Write ``data`` to a private temporary file, fsync'd, then link (or, ``replace``,
+    rename) it to ``path``; False when ``path`` existed and was not replaced. A key is
+    never seen half-written. (Keys of every kind are written this one way.)"""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
