@@ -150,6 +150,17 @@ def test_nothing_the_scoring_commands_or_the_public_api_reach_imports_an_extra()
                    for m in reached)
 
 
+def test_governance_for_any_framework_needs_no_extra() -> None:
+    """The gate sidecar, its client, the checkpoint keys and the run views run on the base
+    install: a framework governed by evalkit does not install evalkit's own agent stack."""
+    roots = [*(_command_module(c) for c in ("gate", "keys", "runs")), "evalkit.gate.client"]
+    reached = _reach(roots)
+    wrong = sorted(f"{module} imports {name}" for module, outside in reached.items()
+                   for name in outside & EXTRA_MODULES)
+    assert wrong == []
+    assert not any(m.startswith(("evalkit.runtime", "evalkit.record")) for m in reached)
+
+
 def test_matplotlib_is_imported_only_to_draw_the_html_reports_charts() -> None:
     reached = _reach(["evalkit", "evalkit.cli", *(_command_module(c) for c in SCORING_COMMANDS)])
     assert sorted(m for m, outside in reached.items() if "matplotlib" in outside) == [CHARTS]
