@@ -504,10 +504,15 @@ class Ledger:
                 return False, last, f"event {seq} ({event} of {key}) does not chain"
             prev, last = stored, seq
             heads[key] = (stored, state)
-        for key, state, head in self.conn.execute("SELECT key, state, head FROM actions"):
+        for row in self.conn.execute(f"SELECT key, state, head, {_FACTS} FROM actions"):
+            key, state, head = row[:3]
             if heads.get(key) != (head, state):
                 return False, last, (f"action {key} says {state}, which its recorded events "
                                      "do not")
+            edited = _edited_column(row[3:], self.conn.execute(
+                "SELECT event, body FROM events WHERE key = ? ORDER BY seq", (key,)))
+            if edited is not None:
+                return False, last, f"action {key}: {edited}"
         return True, last, None
 
     # -- internals ---------------------------------------------------------------------------
@@ -547,6 +552,10 @@ class Ledger:
         last = rows[-1]
         if last[7] != head or last[3] != state:
             return f"its last event says {last[3]}, the row says {state}"
+        facts = conn.execute(f"SELECT {_FACTS} FROM actions WHERE key = ?", (key,)).fetchone()
+        edited = _edited_column(facts, ((r[2], r[5]) for r in rows))
+        if edited is not None:
+            return edited
         if state == APPROVED and not any(r[2] == "decision" and r[3] == APPROVED for r in rows):
             return "it is approved without a signed decision"
         return None
@@ -584,6 +593,36 @@ _COLUMNS = ("key", "digest", "tool", "arguments", "policy_hash", "run_id", "stat
             "reason", "risk", "deadline", "approval_id", "result", "error", "owner",
             "attempts", "created", "updated", "head")
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM actions"
+
+
+#: The columns an action's events say outright; a row must agree with them (a column edited
+#: by hand, with the chain left alone, is caught by ``verify_chain`` and refused by ``start``).
+_FACT_COLUMNS = ("digest", "tool", "arguments", "policy_hash", "run_id", "deadline",
+                 "approval_id", "result", "error")
+_FACTS = ", ".join(_FACT_COLUMNS)
+
+
+def _edited_column(row: Iterable[Any], events: Iterable[tuple[str, str]]) -> str | None:
+    """Which fact column disagrees with the action's own events (None: every one agrees)."""
+    said: dict[str, Any] = dict.fromkeys(_FACT_COLUMNS)
+    for event, text in events:
+        body = _loads(text)
+        if not isinstance(body, dict):
+            continue
+        if event == "proposed":
+            said.update(digest=body.get("digest"), tool=_text(str(body.get("tool"))),
+                        arguments=_dumps(body.get("arguments")),
+                        policy_hash=body.get("policy_hash"), run_id=body.get("run_id"))
+        elif event == "decided":
+            said.update(deadline=body.get("deadline"), approval_id=body.get("approval_id"))
+        elif event in ("completed", "failed", "reconciled"):
+            for column in ("result", "error"):
+                if column in body:
+                    said[column] = _dumps(body[column])
+    for column, value in zip(_FACT_COLUMNS, row, strict=True):
+        if value != said[column]:
+            return f"its {column} is not the one its recorded events say"
+    return None
 
 
 def _action(conn: sqlite3.Connection, row: tuple[Any, ...]) -> Action:

@@ -1,0 +1,59 @@
+"""An adversarial review of the governance promises: each test is a concrete attack by a
+hostile client of the sidecar, or by someone who can write the governance database,
+that once got through (or must never get through).
+
+Real parts throughout: the SQLite ledger, the gate server on OS pipes, Ed25519.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from evalkit.gate.ledger import Ledger, LedgerError, action_digest
+from tests.gate._ledger_kit import POLICY, Clock, governed
+
+# -- the ledger: a column edited by hand, behind the chain's back ------------------------------
+
+
+def _edit(book: Ledger, sql: str, *args: object) -> None:
+    """Write the database directly, as someone with the file (not the API) would."""
+    raw = sqlite3.connect(book.path)
+    with raw:
+        raw.execute(sql, args)
+    raw.close()
+
+
+def test_editing_a_completed_actions_result_is_caught_by_the_chain(tmp_path: Path) -> None:
+    book = Ledger(tmp_path / "gov.sqlite", clock=Clock())
+    governed(book, "k", "noop", {"x": 1})
+    book.start("k")
+    book.complete("k", {"paid": 10})
+    assert book.verify_chain()[0]
+    _edit(book, "UPDATE actions SET result = ? WHERE key = 'k'", '{"paid":1000}')
+    ok, _, problem = book.verify_chain()
+    assert not ok and "result" in str(problem)
+
+
+def test_editing_an_approved_actions_arguments_and_digest_never_executes(tmp_path: Path
+                                                                        ) -> None:
+    book = Ledger(tmp_path / "gov.sqlite", clock=Clock())
+    governed(book, "k", "noop", {"to": "alice"})
+    forged = {"to": "mallory"}
+    _edit(book, "UPDATE actions SET arguments = ?, digest = ? WHERE key = 'k'",
+          '{"to":"mallory"}', action_digest("noop", forged, POLICY.hash))
+    try:
+        won = book.start("k")
+    except LedgerError as refused:
+        assert "digest" in refused.message
+    else:
+        raise AssertionError(f"a row edited behind the chain was started: {won}")
+    assert not book.verify_chain()[0]
+
+
+def test_moving_a_holds_deadline_by_hand_is_caught(tmp_path: Path) -> None:
+    book = Ledger(tmp_path / "gov.sqlite", clock=Clock())
+    held = governed(book, "k", "pay", {"amount": 5})
+    _edit(book, "UPDATE actions SET deadline = ? WHERE key = 'k'", held.deadline + 10**6)
+    ok, _, problem = book.verify_chain()
+    assert not ok and "deadline" in str(problem)
