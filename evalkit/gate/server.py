@@ -275,6 +275,16 @@ class GateServer:
             return reply
         self.recording.governance("received", key=key, tool=action.tool,
                                   request_id=request_id)
+        if action.policy_hash != self.policy.hash:
+            # The ledger is shared (the runtime, other gates): an action decided under
+            # another policy is not this gate's to start, and its outcome not its to tell —
+            # as a govern of that key here would be a conflict.
+            reply = self._result(request_id, key, "conflict", f"idempotency key {key!r} "
+                                 f"belongs to an action decided under another policy "
+                                 f"({action.policy_hash}), not this gate's", digest=None,
+                                 replayed=False)
+            self._record_end(reply, action.tool, None)
+            return reply
         return self._advance(request_id, action, fresh=False,
                              wait_ms=message.get("wait_ms", P.DEFAULT_WAIT_MS))
 

@@ -57,3 +57,30 @@ def test_moving_a_holds_deadline_by_hand_is_caught(tmp_path: Path) -> None:
     _edit(book, "UPDATE actions SET deadline = ? WHERE key = 'k'", held.deadline + 10**6)
     ok, _, problem = book.verify_chain()
     assert not ok and "deadline" in str(problem)
+
+
+# -- the sidecar: a client reaching for an action that is not its gate's -----------------------
+
+
+def test_resume_never_starts_or_reads_an_action_decided_under_another_policy(tmp_path: Path
+                                                                            ) -> None:
+    """The ledger is shared (the state folder's governance.sqlite): the built-in runtime and
+    other gates keep their actions in it. ``resume`` names only a key, so a hostile client
+    could start an allowed action of another policy — and get its body sent to itself —
+    or read another session's recorded result."""
+    from tests.gate._sidecar import Sidecar
+
+    with Sidecar(tmp_path) as gate:
+        ran: list[dict] = []
+        gate.client.register_tool("noop", lambda **kw: ran.append(kw) or "stolen")
+        governed(gate.ledger, "foreign-allowed", "noop", {"secret": "alice"})
+        governed(gate.ledger, "foreign-done", "noop", {"n": 2})
+        gate.ledger.start("foreign-done")
+        gate.ledger.complete("foreign-done", {"balance": 12345})
+        stolen = gate.client.resume("foreign-allowed")
+        read = gate.client.resume("foreign-done")
+        assert ran == []
+        assert gate.ledger.get("foreign-allowed").state == "allowed"
+        for reply in (stolen, read):
+            assert reply.phase == "rejected" and reply.kind == "conflict"
+            assert reply.result is None
