@@ -411,6 +411,9 @@ class Ledger:
         return self._must(key)
 
     def complete(self, key: str, result: Any) -> Action:
+        """Record what the body returned — redacted, like the arguments: the ledger is a
+        durable store, and a credential a tool handled must not outlive the call in it."""
+        result = redact_obj(result)
         with self._write() as conn:
             action = self._row(conn, key)
             self._move(conn, action, COMPLETED, "completed", {"result": result},
@@ -418,6 +421,7 @@ class Ledger:
         return self._must(key)
 
     def fail(self, key: str, error: Any, *, kind: str = "tool_error") -> Action:
+        error = redact_obj(error)
         with self._write() as conn:
             action = self._row(conn, key)
             self._move(conn, action, FAILED, "failed", {"error": error, "kind": kind},
@@ -461,7 +465,7 @@ class Ledger:
                 now = self.clock()
                 contract = policy.contract(current.tool) if policy is not None else None
                 if settled is not None and settled[0] in (COMPLETED, FAILED):
-                    state, value = settled
+                    state, value = settled[0], redact_obj(settled[1])
                     column = "result" if state == COMPLETED else "error"
                     self._move(conn, current, state, "reconciled", {column: value}, now,
                                {"kind": "reconciled", column: _dumps(value)})

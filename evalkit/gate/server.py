@@ -391,12 +391,17 @@ class GateServer:
             self.ledger.complete(key, answer["output"])
         else:
             self.ledger.fail(key, answer["error"], kind="tool_error")
-        return self._finish(request_id, key)
+        # The ledger keeps the answer redacted; the caller gets its own body's answer as is.
+        live = {} if answer is None or not answered else (
+            {"result": answer["output"]} if answer["type"] == "tool_result"
+            else {"error": answer["error"]})
+        return self._finish(request_id, key, live)
 
-    def _finish(self, request_id: str, key: str) -> dict[str, Any]:
+    def _finish(self, request_id: str, key: str, live: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
         action = self.ledger.get(key)
         assert action is not None
-        reply = self._reply_for(request_id, action, replayed=False)
+        reply = {**self._reply_for(request_id, action, replayed=False), **(live or {})}
         self._record_end(reply, action.tool, self._args_of(action))
         return reply
 

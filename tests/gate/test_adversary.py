@@ -84,3 +84,30 @@ def test_resume_never_starts_or_reads_an_action_decided_under_another_policy(tmp
         for reply in (stolen, read):
             assert reply.phase == "rejected" and reply.kind == "conflict"
             assert reply.result is None
+
+
+# -- secrets: what a tool returned or raised is stored redacted ---------------------------------
+
+KEY = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6"
+
+
+def _stored(tmp: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in tmp.rglob("*") if p.is_file())
+
+
+def test_a_secret_in_a_tools_result_or_error_never_lands_in_the_ledger(tmp_path: Path) -> None:
+    from tests.gate._sidecar import Sidecar
+
+    def boom() -> None:
+        raise RuntimeError(f"the key {KEY} was refused")
+
+    with Sidecar(tmp_path) as gate:
+        gate.client.register_tool("echo", lambda **kw: {"token": KEY})
+        gate.client.register_tool("boom", boom)
+        live = gate.client.govern("echo", {"api_key": KEY}, idempotency_key="e1")
+        failed = gate.client.govern("boom", {}, idempotency_key="b1")
+        again = gate.client.govern("echo", {"api_key": KEY}, idempotency_key="e1")
+    assert live.result == {"token": KEY}  # the client's own body made it: handed back as is
+    assert KEY in str(failed.error)
+    assert again.replayed and KEY not in str(again.result)  # the durable record is scrubbed
+    assert KEY.encode() not in _stored(tmp_path)
