@@ -233,6 +233,9 @@ def runs_under(path: Path) -> list[Path]:
     sorted; a mission's working copy and approvals, and hidden folders, are not looked in."""
     path = Path(path)
     if path.is_file():
+        if not (path.parent / layout.EVENTS_FILE).is_file():
+            raise EvalkitError(f"cannot check the certificates of {path}: it is not a run "
+                               f"(no {layout.EVENTS_FILE} beside it)")
         return [path.parent]
     if not path.is_dir():
         raise EvalkitError(f"cannot check the certificates of {path}: it does not exist")

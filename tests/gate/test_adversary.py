@@ -111,3 +111,34 @@ def test_a_secret_in_a_tools_result_or_error_never_lands_in_the_ledger(tmp_path:
     assert KEY in str(failed.error)
     assert again.replayed and KEY not in str(again.result)  # the durable record is scrubbed
     assert KEY.encode() not in _stored(tmp_path)
+
+
+# -- bad input: one sentence, a non-zero exit, never a traceback -------------------------------
+
+
+def test_verify_certificates_of_a_file_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
+    """A file stands for its folder only when the folder is a run; a policy file in a plain
+    folder was read as a run "without certificates", exit 0."""
+    from tests._multiply import evalkit
+
+    stray = tmp_path / "policy.yaml"
+    stray.write_text("tools: {}\n", "utf-8")
+    done = evalkit("verify", "--certificates", stray, env={"EVALKIT_HOME": str(tmp_path / "h")})
+    assert done.returncode != 0
+    assert "is not a run" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bad_input_to_the_new_commands_is_one_sentence(tmp_path: Path) -> None:
+    from tests._multiply import evalkit
+
+    env = {"EVALKIT_HOME": str(tmp_path / "h")}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tools: [1,2\n", "utf-8")
+    for args in (("gate", "serve", "--policy", tmp_path / "missing.yaml"),
+                 ("gate", "serve", "--policy", bad),
+                 ("runs", "show", "nonexistent"),
+                 ("regrade", tmp_path, "--policy", bad),
+                 ("gate", "approve", "ap_nope", "--decided-by", "x")):
+        done = evalkit(*args, env=env)
+        assert done.returncode == 2, (args, done.stderr)
+        assert "Traceback" not in done.stderr and done.stderr.strip().count("\n") == 0, args
