@@ -142,3 +142,84 @@ def test_bad_input_to_the_new_commands_is_one_sentence(tmp_path: Path) -> None:
         done = evalkit(*args, env=env)
         assert done.returncode == 2, (args, done.stderr)
         assert "Traceback" not in done.stderr and done.stderr.strip().count("\n") == 0, args
+
+
+# -- the line parser: anything a client writes gets one reply ----------------------------------
+
+import json as _json  # noqa: E402
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from evalkit.gate import protocol as P  # noqa: E402
+
+_FIELDS = ["type", "id", "idempotency_key", "tool", "arguments", "wait_ms", "step", "run_id",
+           "correlation_id", "output", "error", "answer", "description"]
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(blacklist_categories=()), max_size=8)  # lone surrogates too
+    | st.sampled_from(list(P.INBOUND)),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=3), max_leaves=8)
+_NEAR_MESSAGES = st.dictionaries(st.sampled_from(_FIELDS), _VALUES, max_size=6).map(
+    lambda d: _json.dumps(d).encode("utf-8", "surrogatepass"))
+_LINES = st.binary(max_size=64) | _NEAR_MESSAGES
+
+
+@settings(max_examples=400, deadline=None)
+@given(_LINES)
+def test_parse_inbound_accepts_or_refuses_every_line_and_never_crashes(line: bytes) -> None:
+    try:
+        message = P.parse_inbound(line)
+    except P.ProtocolError as refused:
+        assert refused.code in P.ERRORS
+        P.dumps(refused.reply()).decode("utf-8")  # the reply is UTF-8 text
+        return
+    assert message["type"] in P.INBOUND
+    P.dumps(message).decode("utf-8")  # whatever is accepted can be echoed as UTF-8
+
+
+def test_a_lone_surrogate_is_refused_so_every_reply_is_utf8(tmp_path: Path) -> None:
+    """``"\\ud800"`` is JSON's grammar but not Unicode text: accepted, it came back as bytes
+    that are not UTF-8 — the id's reply was never read by the client, and a run_tool with
+    it in the arguments went unanswered (outcome_unknown)."""
+    from tests.gate._sidecar import Sidecar
+
+    lines = [b'{"type":"govern","id":"\\ud800","idempotency_key":"k","tool":"add",'
+             b'"arguments":{}}',
+             b'{"type":"govern","id":"s3","idempotency_key":"k3","tool":"add",'
+             b'"arguments":{"\\ud800":1}}',
+             b'{"type":"register_tool","id":"r1","tool":"\\udc80"}']
+    with Sidecar(tmp_path) as gate:
+        gate.client.register_tool("add", lambda **kw: "ok")
+        for line in lines:
+            assert gate.raw(line)["code"] == "not_json"
+        assert gate.ledger.get("k3") is None
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(_LINES, min_size=1, max_size=40))
+def test_the_live_gate_answers_every_fuzzed_line_and_keeps_serving(lines: list[bytes]
+                                                                    ) -> None:
+    import tempfile
+
+    from tests.gate._sidecar import Sidecar
+
+    with tempfile.TemporaryDirectory() as tmp, Sidecar(Path(tmp), tool_timeout=1) as gate:
+        gate.client.register_tool("add", lambda **kw: "ok")
+        for line in lines:
+            line = line.replace(b"\n", b" ").replace(b"\r", b" ")
+            if not line.strip():
+                continue
+            try:
+                message = P.parse_inbound(line)
+            except P.ProtocolError:
+                message = None
+            if message is not None and message["type"] == "shutdown":
+                continue  # would end the session this test goes on using
+            if message is not None and message["type"] in ("govern", "resume",
+                                                            "register_tool"):
+                continue  # a valid request: answered on its own id, not a stray reply
+            reply = gate.raw(line)
+            assert reply["type"] == "error" and reply["code"] in P.ERRORS
+        assert gate.client.govern("add", {}, idempotency_key="after").phase == "completed"
