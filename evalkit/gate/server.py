@@ -50,6 +50,8 @@ from evalkit.store import signing
 
 #: Seconds the client may take to answer a ``run_tool`` before the outcome is unknown.
 DEFAULT_TOOL_TIMEOUT = 30.0
+#: Requests served at once (each waiting one holds a thread); more are refused at once.
+MAX_IN_FLIGHT = 512
 #: Seconds between looks for a decision while a ``resume`` waits.
 POLL_SECONDS = 0.05
 #: The ledger's kinds of a call refused by a person.
@@ -119,6 +121,9 @@ class Approvals:
 
 class GateServer:
     """One sidecar: ``serve(stdin, stdout)`` until ``shutdown`` or end of input."""
+
+    #: Requests served at once; a client cannot make the gate start threads without end.
+    max_in_flight = MAX_IN_FLIGHT
 
     def __init__(self, policy: Policy, ledger: L.Ledger, *, recording: Recording,
                  approvals: Approvals, trust: signing.Trust | None = None,
@@ -195,6 +200,10 @@ class GateServer:
             elif request_id in self._requests:
                 refused = P.ProtocolError("duplicate_id", f"request id {request_id!r} is "
                                           "still being served", request_id)
+            elif len(self._requests) >= self.max_in_flight:
+                refused = P.ProtocolError("internal", f"{len(self._requests)} requests are "
+                                          "in flight, the most this gate serves at once; "
+                                          "send it again when one is answered", request_id)
             else:
                 refused = None
                 self._requests.add(request_id)

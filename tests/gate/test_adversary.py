@@ -243,3 +243,31 @@ def test_cutting_the_chains_tail_to_roll_an_action_back_is_caught(tmp_path: Path
     _edit(book, "UPDATE actions SET state = 'allowed', result = NULL, kind = 'allowed', "
                 "head = ? WHERE key = 'k'", decided.hash)
     assert not book.verify_chain()[0]  # today: ok, and start() would run it a second time
+
+
+# -- bounded work: requests in flight ----------------------------------------------------------
+
+
+def test_requests_in_flight_are_bounded_and_the_rest_refused_at_once(tmp_path: Path) -> None:
+    """Each waiting request holds a thread; a client sending requests without end (a held
+    tool, the longest wait) would have the gate start threads until it could not, and a
+    failing ``Thread.start`` would raise out of the serve loop, its run never sealed."""
+    import time
+
+    from tests.gate._sidecar import Sidecar
+
+    with Sidecar(tmp_path) as gate:
+        gate.client.register_tool("add", lambda **kw: "ok")
+        gate.server.max_in_flight = 3
+        for n in range(5):
+            gate.client.send_raw(_json.dumps({
+                "type": "govern", "id": f"g{n}", "idempotency_key": f"k{n}", "tool": "send",
+                "arguments": {}, "wait_ms": 1500}).encode())
+        end = time.monotonic() + 10
+        while len(gate.client.unmatched) < 5 and time.monotonic() < end:
+            time.sleep(0.01)
+        replies = {r["id"]: r for r in gate.client.unmatched}
+        refused = [r for r in replies.values() if r["type"] == "error"]
+        assert len(refused) == 2 and all("in flight" in r["message"] for r in refused)
+        assert sum(r["type"] == "govern_result" for r in replies.values()) == 3
+        assert gate.client.govern("add", {}, idempotency_key="after").phase == "completed"
