@@ -210,7 +210,7 @@ class Ledger:
                  clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path) if path is not None else db.default_path()
         self.clock = clock
-        self.conn = db.connect(self.path)
+        self.conn = db.connect(self.path, what="action ledger")
         self._lock = threading.RLock()
         self.conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
 

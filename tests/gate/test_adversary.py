@@ -271,3 +271,25 @@ def test_requests_in_flight_are_bounded_and_the_rest_refused_at_once(tmp_path: P
         assert len(refused) == 2 and all("in flight" in r["message"] for r in refused)
         assert sum(r["type"] == "govern_result" for r in replies.values()) == 3
         assert gate.client.govern("add", {}, idempotency_key="after").phase == "completed"
+
+
+def test_a_governance_database_that_cannot_be_opened_is_one_sentence(tmp_path: Path) -> None:
+    """``gate serve`` and ``gate approve`` open the database through ``db.connect``; a
+    folder, a file that is not SQLite or a state folder that is a file gave
+    'internal error … OperationalError' (exit 3)."""
+    from tests._multiply import evalkit
+
+    policy = tmp_path / "p.yaml"
+    policy.write_text("tools:\n  add: {risk: 0, reversible: true}\n", "utf-8")
+    not_sqlite = tmp_path / "notes.txt"
+    not_sqlite.write_text("x" * 4096, "utf-8")
+    a_file = tmp_path / "home-is-a-file"
+    a_file.write_text("", "utf-8")
+    cases = [(("gate", "serve", "--policy", policy, "--ledger", tmp_path), {}),
+             (("gate", "serve", "--policy", policy, "--ledger", not_sqlite), {}),
+             (("gate", "serve", "--policy", policy), {"EVALKIT_HOME": str(a_file)})]
+    for args, env in cases:
+        done = evalkit(*args, env={"EVALKIT_HOME": str(tmp_path / "h"), **env})
+        assert done.returncode == 2, (args, done.stderr)
+        assert "cannot open the action ledger" in done.stderr, done.stderr
+        assert done.stderr.strip().count("\n") == 0
