@@ -293,3 +293,26 @@ def test_a_governance_database_that_cannot_be_opened_is_one_sentence(tmp_path: P
         assert done.returncode == 2, (args, done.stderr)
         assert "cannot open the action ledger" in done.stderr, done.stderr
         assert done.stderr.strip().count("\n") == 0
+
+
+# -- certificates: a gate's run carries them under its seal ------------------------------------
+
+
+def test_a_gate_run_is_certified_at_close_and_its_seal_lists_the_certificates(tmp_path: Path
+                                                                             ) -> None:
+    """The sidecar's runs closed without certificates, so ``verify --certificates`` said
+    only 'no certificates' (exit 0) for a governed run, and certificates issued later are
+    outside the seal: one deleted went unnoticed."""
+    from tests._multiply import evalkit
+    from tests.gate._sidecar import Sidecar
+
+    with Sidecar(tmp_path) as gate:
+        gate.client.register_tool("add", lambda a, b: a + b)
+        gate.client.govern("add", {"a": 1, "b": 2}, idempotency_key="k1")
+        gate.close(answer="3")
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("events.jsonl")]
+    done = evalkit("verify", "--certificates", run)  # the signer's own state folder
+    assert done.returncode == 0 and "certified" in done.stdout, done.stdout + done.stderr
+    (run / "certificates.jsonl").unlink()
+    done = evalkit("verify", "--certificates", run)
+    assert done.returncode == 1 and "tampered" in done.stdout, done.stdout
