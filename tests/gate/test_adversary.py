@@ -316,3 +316,26 @@ def test_a_gate_run_is_certified_at_close_and_its_seal_lists_the_certificates(tm
     (run / "certificates.jsonl").unlink()
     done = evalkit("verify", "--certificates", run)
     assert done.returncode == 1 and "tampered" in done.stdout, done.stdout
+
+
+def test_certificates_reissued_for_an_unsealed_run_are_not_shown_as_vouched_for(
+        tmp_path: Path) -> None:
+    """Strip a run's seal, rewrite its records, issue certificates again: they recompute
+    (they are computed from what the records now say). verify said 'certified' like any
+    sealed run's; it now says the records are unsealed, so nothing vouches for them."""
+    from tests._multiply import evalkit
+    from tests.gate._sidecar import Sidecar
+
+    with Sidecar(tmp_path) as gate:
+        gate.client.register_tool("add", lambda a, b: a + b)
+        gate.client.govern("add", {"a": 1, "b": 2}, idempotency_key="k1")
+        gate.close(answer="3")
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("events.jsonl")]
+    (run / "manifest.json").unlink()
+    (run / "certificates.jsonl").unlink()
+    events = run / "events.jsonl"
+    events.write_text(events.read_text("utf-8").replace('"3"', '"4"'), "utf-8")
+    done = evalkit("verify", "--certificates", "--issue", run)
+    assert "unsigned" in done.stdout
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("certified")]
+    assert "unsealed" in line, line
