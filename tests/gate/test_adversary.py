@@ -339,3 +339,24 @@ def test_certificates_reissued_for_an_unsealed_run_are_not_shown_as_vouched_for(
     assert "unsigned" in done.stdout
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("certified")]
     assert "unsealed" in line, line
+
+
+def test_the_run_views_say_when_a_sealed_run_no_longer_matches_its_seal(tmp_path: Path
+                                                                       ) -> None:
+    """``runs list|show`` read the outcome off the stream and said ``sealed=true`` whenever a
+    manifest was there: a sealed run rewritten to say 'answered' was shown as such."""
+    from evalkit.store.runviews import run_record
+    from tests.gate._sidecar import Sidecar
+
+    with Sidecar(tmp_path) as gate:
+        gate.client.register_tool("add", lambda a, b: a + b)
+        gate.client.govern("add", {"a": 1, "b": 2}, idempotency_key="k1")
+        gate.close()  # no answer: incomplete
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob("events.jsonl")]
+    assert run_record(run).status == "incomplete"
+    assert "tampered" not in run_record(run).metadata
+    events = run / "events.jsonl"
+    events.write_text(events.read_text("utf-8").replace('"outcome":"incomplete"',
+                                                        '"outcome":"answered"'), "utf-8")
+    forged = run_record(run)
+    assert forged.metadata["sealed"] is True and "events.jsonl" in forged.metadata["tampered"]
