@@ -64,14 +64,19 @@ def verify(paths: tuple[Path, ...], trust_files: tuple[Path, ...], require_signe
     counts = summary(findings)
     if not as_json:
         click.echo(", ".join(f"{n} {word}" for word, n in counts.items()), err=True)
-    broken = _certificates(paths, issue, as_json) if certificates else 0
+    unsealed = {(f.path.parent if f.path.is_file() else f.path).resolve()
+                for f in findings if f.word == UNSIGNED}
+    broken = _certificates(paths, issue, as_json, unsealed) if certificates else 0
     if counts[TAMPERED] or (require_signed and counts[UNSIGNED]) or broken:
         sys.exit(1)
 
 
-def _certificates(paths: tuple[Path, ...], issue: bool, as_json: bool) -> int:
+def _certificates(paths: tuple[Path, ...], issue: bool, as_json: bool,
+                  unsealed: set[Path]) -> int:
     """One line per run folder: certified, certificate broken, or no certificates; returns
-    how many runs hold a broken certificate."""
+    how many runs hold a broken certificate. A certificate recomputes from what the records
+    say now: for a run no seal covers (``unsealed``) that is said, since anyone could have
+    rewritten its records and issued certificates for them."""
     from evalkit.errors import EvalkitError
     from evalkit.gate.certificates import issue as issue_run
     from evalkit.gate.certificates import read_certificates, recompute, runs_under
@@ -105,7 +110,9 @@ def _certificates(paths: tuple[Path, ...], issue: bool, as_json: bool) -> int:
         else:
             violated = [str(c.get("theorem")) for c in held if c.get("verdict") != "holds"]
             said = f"; violated: {', '.join(violated)}" if violated else "; every theorem holds"
-            click.echo(f"certified  {shown} ({len(held)} certificates{said})")
+            bare = (" — unsealed: no seal vouches for the records they were computed from"
+                    if run.resolve() in unsealed else "")
+            click.echo(f"certified  {shown} ({len(held)} certificates{said}){bare}")
     if not as_json:
         click.echo(f"{counts['certified']} certified, {counts['broken']} broken, "
                    f"{counts['none']} without certificates", err=True)

@@ -123,6 +123,25 @@ def issue(run_dir: Path, *, fsync: bool = True) -> list[dict[str, Any]]:
     return found
 
 
+def issue_at_close(run_dir: Path, *, fsync: bool = True) -> None:
+    """Issue the run's certificates as its writer closes it, before its seal (so the seal
+    lists them): ``RunWriter.before_seal`` of every writer — the runtime's and the gate's.
+    A run whose certificates cannot be issued still closes: ``evalkit verify
+    --certificates`` then says it has none, and ``--issue`` can write them later."""
+    import contextlib
+
+    try:
+        issue(run_dir, fsync=fsync)
+    except Exception:  # noqa: BLE001 - a certificate is never worth the recording
+        with contextlib.suppress(OSError):
+            (Path(run_dir) / layout.CERTIFICATES_FILE).unlink(missing_ok=True)
+
+
+def issue_at_close_fast(run_dir: Path) -> None:
+    """``issue_at_close`` for a writer that does not fsync (a run remade from a recording)."""
+    issue_at_close(run_dir, fsync=False)
+
+
 # -- checking ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -233,6 +252,9 @@ def runs_under(path: Path) -> list[Path]:
     sorted; a mission's working copy and approvals, and hidden folders, are not looked in."""
     path = Path(path)
     if path.is_file():
+        if not (path.parent / layout.EVENTS_FILE).is_file():
+            raise EvalkitError(f"cannot check the certificates of {path}: it is not a run "
+                               f"(no {layout.EVENTS_FILE} beside it)")
         return [path.parent]
     if not path.is_dir():
         raise EvalkitError(f"cannot check the certificates of {path}: it does not exist")

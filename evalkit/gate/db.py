@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from evalkit.errors import EvalkitError
 from evalkit.store.state import state_home
 
 #: The file under the state folder.
@@ -28,23 +29,28 @@ def default_path(environ: Mapping[str, str] | None = None) -> Path:
     return state_home(environ) / FILE_NAME
 
 
-def connect(path: Path | str) -> sqlite3.Connection:
+def connect(path: Path | str, *, what: str = "governance database") -> sqlite3.Connection:
     """A connection in autocommit mode with the durability every governance table relies on.
 
     Transactions are explicit (:func:`immediate`). The file is made 0600: it holds
-    who approved what, and checkpoint ciphertexts.
+    who approved what, and checkpoint ciphertexts. A file that cannot be opened (a
+    folder, not SQLite, an unwritable place) is one sentence naming ``what`` it is.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.exists():
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-        os.close(fd)
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                           timeout=BUSY_TIMEOUT_MS / 1000)
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute("PRAGMA foreign_keys=ON")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                               timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+    except (OSError, sqlite3.Error) as exc:  # every caller says it the same way
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise EvalkitError(f"cannot open the {what} {path}: {why}") from None
     return conn
 
 

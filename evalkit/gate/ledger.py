@@ -210,7 +210,7 @@ class Ledger:
                  clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path) if path is not None else db.default_path()
         self.clock = clock
-        self.conn = db.connect(self.path)
+        self.conn = db.connect(self.path, what="action ledger")
         self._lock = threading.RLock()
         self.conn.executescript(_SCHEMA)  # idempotent: every statement is IF NOT EXISTS
 
@@ -411,6 +411,9 @@ class Ledger:
         return self._must(key)
 
     def complete(self, key: str, result: Any) -> Action:
+        """Record what the body returned — redacted, like the arguments: the ledger is a
+        durable store, and a credential a tool handled must not outlive the call in it."""
+        result = redact_obj(result)
         with self._write() as conn:
             action = self._row(conn, key)
             self._move(conn, action, COMPLETED, "completed", {"result": result},
@@ -418,6 +421,7 @@ class Ledger:
         return self._must(key)
 
     def fail(self, key: str, error: Any, *, kind: str = "tool_error") -> Action:
+        error = redact_obj(error)
         with self._write() as conn:
             action = self._row(conn, key)
             self._move(conn, action, FAILED, "failed", {"error": error, "kind": kind},
@@ -461,7 +465,7 @@ class Ledger:
                 now = self.clock()
                 contract = policy.contract(current.tool) if policy is not None else None
                 if settled is not None and settled[0] in (COMPLETED, FAILED):
-                    state, value = settled
+                    state, value = settled[0], redact_obj(settled[1])
                     column = "result" if state == COMPLETED else "error"
                     self._move(conn, current, state, "reconciled", {column: value}, now,
                                {"kind": "reconciled", column: _dumps(value)})
@@ -504,10 +508,15 @@ class Ledger:
                 return False, last, f"event {seq} ({event} of {key}) does not chain"
             prev, last = stored, seq
             heads[key] = (stored, state)
-        for key, state, head in self.conn.execute("SELECT key, state, head FROM actions"):
+        for row in self.conn.execute(f"SELECT key, state, head, {_FACTS} FROM actions"):
+            key, state, head = row[:3]
             if heads.get(key) != (head, state):
                 return False, last, (f"action {key} says {state}, which its recorded events "
                                      "do not")
+            edited = _edited_column(row[3:], self.conn.execute(
+                "SELECT event, body FROM events WHERE key = ? ORDER BY seq", (key,)))
+            if edited is not None:
+                return False, last, f"action {key}: {edited}"
         return True, last, None
 
     # -- internals ---------------------------------------------------------------------------
@@ -547,6 +556,10 @@ class Ledger:
         last = rows[-1]
         if last[7] != head or last[3] != state:
             return f"its last event says {last[3]}, the row says {state}"
+        facts = conn.execute(f"SELECT {_FACTS} FROM actions WHERE key = ?", (key,)).fetchone()
+        edited = _edited_column(facts, ((r[2], r[5]) for r in rows))
+        if edited is not None:
+            return edited
         if state == APPROVED and not any(r[2] == "decision" and r[3] == APPROVED for r in rows):
             return "it is approved without a signed decision"
         return None
@@ -584,6 +597,36 @@ _COLUMNS = ("key", "digest", "tool", "arguments", "policy_hash", "run_id", "stat
             "reason", "risk", "deadline", "approval_id", "result", "error", "owner",
             "attempts", "created", "updated", "head")
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM actions"
+
+
+#: The columns an action's events say outright; a row must agree with them (a column edited
+#: by hand, with the chain left alone, is caught by ``verify_chain`` and refused by ``start``).
+_FACT_COLUMNS = ("digest", "tool", "arguments", "policy_hash", "run_id", "deadline",
+                 "approval_id", "result", "error")
+_FACTS = ", ".join(_FACT_COLUMNS)
+
+
+def _edited_column(row: Iterable[Any], events: Iterable[tuple[str, str]]) -> str | None:
+    """Which fact column disagrees with the action's own events (None: every one agrees)."""
+    said: dict[str, Any] = dict.fromkeys(_FACT_COLUMNS)
+    for event, text in events:
+        body = _loads(text)
+        if not isinstance(body, dict):
+            continue
+        if event == "proposed":
+            said.update(digest=body.get("digest"), tool=_text(str(body.get("tool"))),
+                        arguments=_dumps(body.get("arguments")),
+                        policy_hash=body.get("policy_hash"), run_id=body.get("run_id"))
+        elif event == "decided":
+            said.update(deadline=body.get("deadline"), approval_id=body.get("approval_id"))
+        elif event in ("completed", "failed", "reconciled"):
+            for column in ("result", "error"):
+                if column in body:
+                    said[column] = _dumps(body[column])
+    for column, value in zip(_FACT_COLUMNS, row, strict=True):
+        if value != said[column]:
+            return f"its {column} is not the one its recorded events say"
+    return None
 
 
 def _action(conn: sqlite3.Connection, row: tuple[Any, ...]) -> Action:

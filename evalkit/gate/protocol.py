@@ -332,6 +332,10 @@ def parse_inbound(line: bytes | str) -> dict[str, Any]:
         value = loads(raw)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError("not_json", f"the line is not JSON: {exc}") from None
+    if _lone_surrogate(value):
+        raise ProtocolError("not_json", "the line is not JSON text: it escapes a lone "
+                                        "surrogate (\\ud800-\\udfff), which is no Unicode "
+                                        "character and could not be echoed as UTF-8")
     if not isinstance(value, dict):
         raise ProtocolError("not_an_object", f"the line is a JSON {json_type(value)}, not "
                                              "an object")
@@ -342,6 +346,24 @@ def parse_inbound(line: bytes | str) -> dict[str, Any]:
                                             f"{', '.join(INBOUND)}", request_id)
     check(kind, value, INBOUND[kind], request_id)
     return value
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` (a key or a value) is not UTF-8 encodable."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def check(kind: str, value: Mapping[str, Any], schema: Mapping[str, Any],

@@ -50,6 +50,8 @@ from evalkit.store import signing
 
 #: Seconds the client may take to answer a ``run_tool`` before the outcome is unknown.
 DEFAULT_TOOL_TIMEOUT = 30.0
+#: Requests served at once (each waiting one holds a thread); more are refused at once.
+MAX_IN_FLIGHT = 512
 #: Seconds between looks for a decision while a ``resume`` waits.
 POLL_SECONDS = 0.05
 #: The ledger's kinds of a call refused by a person.
@@ -119,6 +121,9 @@ class Approvals:
 
 class GateServer:
     """One sidecar: ``serve(stdin, stdout)`` until ``shutdown`` or end of input."""
+
+    #: Requests served at once; a client cannot make the gate start threads without end.
+    max_in_flight = MAX_IN_FLIGHT
 
     def __init__(self, policy: Policy, ledger: L.Ledger, *, recording: Recording,
                  approvals: Approvals, trust: signing.Trust | None = None,
@@ -195,6 +200,10 @@ class GateServer:
             elif request_id in self._requests:
                 refused = P.ProtocolError("duplicate_id", f"request id {request_id!r} is "
                                           "still being served", request_id)
+            elif len(self._requests) >= self.max_in_flight:
+                refused = P.ProtocolError("internal", f"{len(self._requests)} requests are "
+                                          "in flight, the most this gate serves at once; "
+                                          "send it again when one is answered", request_id)
             else:
                 refused = None
                 self._requests.add(request_id)
@@ -275,6 +284,16 @@ class GateServer:
             return reply
         self.recording.governance("received", key=key, tool=action.tool,
                                   request_id=request_id)
+        if action.policy_hash != self.policy.hash:
+            # The ledger is shared (the runtime, other gates): an action decided under
+            # another policy is not this gate's to start, and its outcome not its to tell —
+            # as a govern of that key here would be a conflict.
+            reply = self._result(request_id, key, "conflict", f"idempotency key {key!r} "
+                                 f"belongs to an action decided under another policy "
+                                 f"({action.policy_hash}), not this gate's", digest=None,
+                                 replayed=False)
+            self._record_end(reply, action.tool, None)
+            return reply
         return self._advance(request_id, action, fresh=False,
                              wait_ms=message.get("wait_ms", P.DEFAULT_WAIT_MS))
 
@@ -381,12 +400,17 @@ class GateServer:
             self.ledger.complete(key, answer["output"])
         else:
             self.ledger.fail(key, answer["error"], kind="tool_error")
-        return self._finish(request_id, key)
+        # The ledger keeps the answer redacted; the caller gets its own body's answer as is.
+        live = {} if answer is None or not answered else (
+            {"result": answer["output"]} if answer["type"] == "tool_result"
+            else {"error": answer["error"]})
+        return self._finish(request_id, key, live)
 
-    def _finish(self, request_id: str, key: str) -> dict[str, Any]:
+    def _finish(self, request_id: str, key: str, live: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
         action = self.ledger.get(key)
         assert action is not None
-        reply = self._reply_for(request_id, action, replayed=False)
+        reply = {**self._reply_for(request_id, action, replayed=False), **(live or {})}
         self._record_end(reply, action.tool, self._args_of(action))
         return reply
 

@@ -467,6 +467,8 @@ def _ledger(env: Mapping[str, str], *, gated: bool, mission_root: Path) -> Any:
                            f"where the agent could rewrite it: point {LEDGER_ENV} elsewhere")
     try:
         return Ledger(path)
+    except EvalkitError as exc:  # the opener's own sentence (db.connect)
+        raise EvalkitError(f"{exc} ({LEDGER_ENV}=off runs without it)") from None
     except (OSError, sqlite3.Error) as exc:
         raise EvalkitError(f"cannot open the action ledger {path}: {exc} ({LEDGER_ENV}=off "
                            "runs without it)") from None

@@ -21,7 +21,6 @@ stream stays one sequence whose ``step_started`` indexes only increase.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import threading
 import time
@@ -42,11 +41,9 @@ from evalkit.runtime.inflight import OutOfTime, within
 from evalkit.runtime.protocol import Answer, Call, Protocol, Rejection, make_protocol
 from evalkit.runtime.usage import UsageLedger, counters
 from evalkit.runtime.waits import ModelUnavailable, WaitPolicy, call_with_waits
-from evalkit.store.layout import CERTIFICATES_FILE
 from evalkit.store.runstore import now_iso
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from evalkit.grounding import Grammar
     from evalkit.pricing import Pricing
@@ -648,7 +645,10 @@ class Run:
                 self._writer.update_meta(outcome=finish.outcome, reason=finish.reason,
                                          steps=self._counter.taken, elapsed_s=elapsed, **extra)
             finally:
-                self._writer.before_seal = _certify if self._writer.durable else _certify_fast
+                from evalkit.gate.certificates import issue_at_close, issue_at_close_fast
+
+                self._writer.before_seal = issue_at_close if self._writer.durable \
+                    else issue_at_close_fast
                 self._writer.close()
         except RecordingFailed as exc:
             self._unrecorded = self._unrecorded or exc.message
@@ -661,24 +661,6 @@ class Run:
 
     def _names(self) -> list[str]:
         return [tool["name"] for tool in self._catalogue]
-
-
-def _certify(run_dir: Path, *, fsync: bool = True) -> None:
-    """Issue the run's certificates as it closes, before its seal (so the seal lists them).
-    A run whose certificates cannot be issued still closes: ``evalkit verify
-    --certificates`` then says it has none, and ``--issue`` can write them later."""
-    from evalkit.gate.certificates import issue
-
-    try:
-        issue(run_dir, fsync=fsync)
-    except Exception:  # noqa: BLE001 - a certificate is never worth the recording
-        with contextlib.suppress(OSError):
-            (run_dir / CERTIFICATES_FILE).unlink(missing_ok=True)
-
-
-def _certify_fast(run_dir: Path) -> None:
-    """``_certify`` for a run remade from a recording (its writer does not fsync either)."""
-    _certify(run_dir, fsync=False)
 
 
 #: What a call still running when the mission's seconds ran out left in the record.

@@ -440,12 +440,30 @@ class _Run:
         if not self.meta_readable:
             meta["meta_unreadable"] = True
         meta["sealed"] = (self.path / layout.MANIFEST_FILE).is_file()
+        if meta["sealed"]:
+            problem = self._seal_problem()
+            if problem is not None:  # what the stream says is not what was sealed
+                meta["tampered"] = bounded_text(problem)
         return RunRecord(
             run_id=self.run_id, workflow_id=suite, task_id=task, status=self.status(),
             created_at=_short(self.meta.get("created_at")) or self._envelope_at(0)
             or _id_time(self.run_id),
             updated_at=_short(self.meta.get("updated_at")) or self._envelope_at(-1),
             finished_at=self.finished_at, path=layout.as_text(str(self.path)), metadata=meta)
+
+    def _seal_problem(self) -> str | None:
+        """Why the stream fails its seal, as ``evalkit verify`` and ``score`` say it (None:
+        it verifies). A view shows what a run says; this says whether to believe it."""
+        from evalkit.store.seal import Checker
+
+        events = self.path / layout.EVENTS_FILE
+        try:
+            data = file_bytes(events)
+        except EvalkitError as exc:
+            return exc.message
+        if data is None:
+            return f"{layout.EVENTS_FILE} is gone from a sealed run"
+        return Checker.for_scoring([self.path]).altered(events, data)
 
     def summary(self) -> TerminalSummary:
         finish = self.finish or {}
