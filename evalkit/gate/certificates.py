@@ -41,7 +41,7 @@ from evalkit.gate.theorems import HOLDS, THEOREMS, VIOLATED, Records, Theorem
 from evalkit.store import layout
 from evalkit.store.reader import file_bytes, parse_bytes, parse_line
 from evalkit.store.replace import replace_file
-from evalkit.store.runstore import now_iso
+from evalkit.store.runstore import RunWriter, now_iso
 from evalkit.store.signing import canonical
 
 VERSION = 1
@@ -137,9 +137,14 @@ def issue_at_close(run_dir: Path, *, fsync: bool = True) -> None:
             (Path(run_dir) / layout.CERTIFICATES_FILE).unlink(missing_ok=True)
 
 
-def issue_at_close_fast(run_dir: Path) -> None:
-    """``issue_at_close`` for a writer that does not fsync (a run remade from a recording)."""
-    issue_at_close(run_dir, fsync=False)
+def close_certified(writer: RunWriter) -> None:
+    """Close ``writer``'s run with its certificates issued before the seal: the one way every
+    writer of a run (the runtime, the gate, the recorder) closes it, so their run directories
+    hold the same files. A writer that does not fsync (a run remade from a recording) writes
+    its certificates without fsync too."""
+    durable = getattr(writer, "durable", True)
+    writer.before_seal = lambda run_dir: issue_at_close(run_dir, fsync=durable)
+    writer.close()
 
 
 # -- checking ----------------------------------------------------------------------------------

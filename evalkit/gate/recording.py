@@ -160,13 +160,12 @@ class Recording:
             self._emit(finished)
             self._closed = True
             if self._writer is not None:
-                from evalkit.gate.certificates import issue_at_close
+                from evalkit.gate.certificates import close_certified
 
                 try:
                     self._writer.update_meta(outcome=outcome, reason=reason, steps=self._steps)
                 finally:
-                    self._writer.before_seal = issue_at_close  # listed by the seal
-                    self._writer.close()
+                    close_certified(self._writer)  # certificates listed by the seal
             return outcome
 
     # -- inside --------------------------------------------------------------------------------

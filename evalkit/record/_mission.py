@@ -180,7 +180,9 @@ class Mission:
                                                  steps=self._steps, elapsed_s=elapsed,
                                                  **closing)
                     finally:
-                        self._writer.close()
+                        from evalkit.gate.certificates import close_certified
+
+                        close_certified(self._writer)  # as the runtime closes its runs
             except RecordingFailed as failed:
                 self._unrecorded = self._unrecorded or failed.message
             finally:

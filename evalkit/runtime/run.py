@@ -645,11 +645,9 @@ class Run:
                 self._writer.update_meta(outcome=finish.outcome, reason=finish.reason,
                                          steps=self._counter.taken, elapsed_s=elapsed, **extra)
             finally:
-                from evalkit.gate.certificates import issue_at_close, issue_at_close_fast
+                from evalkit.gate.certificates import close_certified
 
-                self._writer.before_seal = issue_at_close if self._writer.durable \
-                    else issue_at_close_fast
-                self._writer.close()
+                close_certified(self._writer)
         except RecordingFailed as exc:
             self._unrecorded = self._unrecorded or exc.message
 
