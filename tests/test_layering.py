@@ -424,3 +424,10 @@ def test_no_modules_import_each_other_in_a_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_vendorable_files_import_nothing_of_evalkit() -> None:
+    """The stagnation fold and the gate's wire protocol say they can be copied alone into
+    another project; an evalkit import would quietly break that."""
+    for name in ("signals.py", "gate/protocol.py"):
+        assert _imports(PACKAGE / name) == set(), name

@@ -37,8 +37,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from evalkit.contract import json_type
-
 PROTOCOL_VERSION = 1
 
 #: Longest inbound line, in bytes, newline excluded. Longer lines are refused unread.
@@ -285,6 +283,27 @@ class ProtocolError(ValueError):
         """The ``error`` message that answers this refusal."""
         return {"type": "error", "id": self.request_id, "code": self.code,
                 "message": self.message}
+
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a decoded value. (``evalkit.contract`` has the same one; this
+    file imports nothing of evalkit's, so it can be vendored alone.)"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "other"
 
 
 def _no_constant(constant: str) -> Any:

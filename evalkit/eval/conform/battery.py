@@ -32,6 +32,7 @@ from evalkit.eval import runner
 from evalkit.eval.harness_files import STDERR_FILE, STDOUT_FILE
 from evalkit.eval.suite import Suite, load_suite
 from evalkit.store.layout import EVENTS_FILE
+from evalkit.store.reader import not_json
 
 #: The suite ``evalkit conform`` runs when none is given (shipped in the package).
 BUILTIN_SUITE = Path(__file__).parent / "suite" / "missions.yaml"
@@ -267,17 +268,13 @@ def _read(job: runner.Job, capture: dict[str, Any], watch: Watch) -> Ran:
         if not text.strip():
             continue
         try:
-            records.append((number, json.loads(text, parse_constant=_no_constant)))
+            records.append((number, json.loads(text, parse_constant=not_json)))
         except ValueError:
             undecoded.append((number, text))
     return Ran(key=job.key, folder=folder, records=records, undecoded=undecoded,
                capture=capture, watch=watch, flags=job.flags,
                stdout=_text(folder / STDOUT_FILE), stderr=_text(folder / STDERR_FILE))
 
-
-def _no_constant(name: str) -> Any:
-    """NaN and Infinity are not JSON, and the stream never holds them."""
-    raise ValueError(f"{name} is not JSON")
 
 
 def _text(path: Path) -> str:
