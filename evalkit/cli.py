@@ -24,9 +24,6 @@ EXIT_OK, EXIT_FAILURES, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 #: Writing failed because the disk, not evalkit, gave out.
 _NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
-#: Where ``LazyGroup`` keeps the invoked command's arguments (in ``ctx.meta``).
-_COMMAND_ARGS = "evalkit.command_args"
-
 #: command name -> ("module:attribute" of its click command, one-line help).
 COMMANDS: dict[str, tuple[str, str]] = {
     "contract": ("evalkit.commands.contract:contract", "Print the mission stream contract."),
@@ -72,16 +69,9 @@ class LazyGroup(click.Group):
         from evalkit.extras import require_command
 
         # Before the import that a missing extra would break.
-        require_command(name, ctx.meta.get(_COMMAND_ARGS, ()))
+        require_command(name)
         module, _, attr = entry[0].partition(":")
         return getattr(importlib.import_module(module), attr)
-
-    def resolve_command(self, ctx: click.Context, args: list[str]
-                        ) -> tuple[str | None, click.Command | None, list[str]]:
-        # The command's own arguments, for ``require_command``: a mode of a command may
-        # need no extra (``regrade --policy``).
-        ctx.meta[_COMMAND_ARGS] = tuple(args[1:])
-        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Listing must not import every command (and the SDKs behind them).

@@ -14,7 +14,6 @@ evalkit checks for (tests/test_layering.py holds the two to each other).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
 
 from evalkit.errors import EvalkitError
 
@@ -52,12 +51,10 @@ NEEDS: dict[str, str] = {
 }
 
 
-#: A flag that lets a command listed in NEEDS run without its extra, because in that
-#: mode it uses none of it: ``regrade --policy`` decides recorded calls again and
-#: replays nothing.
-SPARED_BY: dict[str, str] = {
-    "evalkit regrade": "--policy",
-}
+#: Commands listed in NEEDS that need their extra in one mode only, and check it themselves
+#: in that mode before they import it: ``regrade`` replays with the runtime, but
+#: ``regrade --policy`` decides recorded calls again and replays nothing.
+CHECKED_BY_THE_COMMAND = frozenset({"evalkit regrade"})
 
 
 def missing(extra: str) -> list[str]:
@@ -72,16 +69,11 @@ def require(who: str) -> None:
         raise EvalkitError(f"{who} needs the {extra} extra: pip install 'evalkit[{extra}]'")
 
 
-def require_command(name: str, args: Sequence[str] = ()) -> None:
-    """Refuse ``evalkit NAME`` when the command needs an extra that is not installed
-    (unless ``args``, the command's own, hold the flag of a mode that needs none)."""
+def require_command(name: str) -> None:
+    """Refuse ``evalkit NAME`` when the whole command needs an extra that is not installed."""
     who = f"evalkit {name}"
-    if who not in NEEDS:
-        return
-    flag = SPARED_BY.get(who)
-    if flag is not None and any(a == flag or a.startswith(flag + "=") for a in args):
-        return
-    require(who)
+    if who in NEEDS and who not in CHECKED_BY_THE_COMMAND:
+        require(who)
 
 
 def _importable(name: str) -> bool:
