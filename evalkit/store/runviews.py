@@ -77,9 +77,7 @@ class RunRecord:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["metadata"] = dict(self.metadata)
-        return out
+        return asdict(self)  # metadata is a plain dict: copied, nested values too
 
 
 @dataclass(frozen=True)
@@ -94,9 +92,7 @@ class RunEvent:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["metadata"] = dict(self.metadata)
-        return out
+        return asdict(self)  # metadata is a plain dict: copied, nested values too
 
 
 @dataclass(frozen=True)
