@@ -52,6 +52,8 @@ def record_corpus(out: Path, names: tuple[str, ...], suites_dir: Path, jobs: int
     wrong = [(r, k) for r in corpus.recorded for k in r.unexpected]
     for r, key in wrong:
         said = "failed" if r.target.variant == GOOD else "passed"
-        click.echo(f"unexpected: {r.target.name}/{key} {said}", err=True)
+        reasons = next((v["reasons"] for v in r.report["verdicts"] if v["key"] == key), [])
+        because = f": {'; '.join(reasons)}" if reasons else ""
+        click.echo(f"unexpected: {r.target.name}/{key} {said}{because}", err=True)
     if wrong:
         sys.exit(1)
