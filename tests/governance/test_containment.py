@@ -10,6 +10,7 @@ Each attempt is refused or bounded, and the host file it aims at never appears.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -409,6 +410,64 @@ def test_as_root_each_call_gets_a_pids_cgroup_that_goes_with_it(tmp_path: Path) 
     (call, counted), = seen.items()
     assert counted >= 2  # bwrap and what it runs are all counted
     assert not call.exists()  # removed as the call returned
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.getuid() != 0 or find(0) is None,
+                    reason="needs root and a pids cgroup evalkit can make here")
+def test_a_sweep_spares_the_empty_cgroup_of_a_live_launcher() -> None:
+    """A launcher's folder is empty between its mkdir and its join; a sweep by another
+    mission at that moment once removed it, and the call was refused (seen in CI)."""
+    cgroups = find(0)
+    assert cgroups is not None
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live, gone = cgroups.parent / f"call-{os.getpid()}", cgroups.parent / f"call-{dead.pid}"
+    for folder in (live, gone):
+        folder.mkdir(exist_ok=True)
+    try:
+        cgroups.sweep()
+        assert live.exists() and not gone.exists()
+    finally:
+        for folder in (live, gone):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.getuid() != 0 or find(0) is None,
+                    reason="needs root and a pids cgroup evalkit can make here")
+def test_calls_run_while_every_empty_cgroup_is_removed_under_them(tmp_path: Path) -> None:
+    """A sweeper that cannot see the launcher's pid (another pid namespace) removes its
+    folder mid-join: the launcher makes it again, and no call is refused."""
+    cgroups = find(0)
+    assert cgroups is not None
+    stop = threading.Event()
+
+    def remove_every_empty_call_cgroup() -> None:
+        while not stop.is_set():
+            for call in cgroups.calls():
+                with contextlib.suppress(OSError):
+                    call.rmdir()
+
+    results: list[Any] = []
+    sweeper = threading.Thread(target=remove_every_empty_call_cgroup)
+    sweeper.start()
+    try:
+        def calls(n: int) -> None:
+            runner = CodeRunner(tmp_path, Bwrap(), timeout_s=30)
+            results.extend(runner.shell({"command": "echo ran"}) for _ in range(n))
+
+        workers = [threading.Thread(target=calls, args=(6,)) for _ in range(3)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        stop.set()
+        sweeper.join()
+    refused = [r.output for r in results if not r.ok]
+    assert len(results) == 18 and refused == []
 
 
 # -- hidden folders ----------------------------------------------------------------------------

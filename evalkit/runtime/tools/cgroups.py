@@ -29,10 +29,12 @@ PARENT_NAME = "evalkit"
 _CALL_PREFIX = "call-"
 
 # argv: the call cgroup's path less the launcher's pid, pids.max, then the command.
-# Joining can race a sweep in another process (it removes an empty folder): the
-# folder is then made again. A call that cannot be capped never runs uncapped.
+# A sweep spares the folder of a live launcher, but one in another pid namespace
+# cannot tell: if the folder is removed while it is joined (gone, or ENODEV from a
+# file of a removed cgroup), it is made again. A call that cannot be capped never
+# runs uncapped.
 _LAUNCHER = r"""
-import ctypes, os, sys, time
+import ctypes, errno, os, sys, time
 prefix, limit, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
 cgroup = prefix + str(os.getpid())
 try:  # PR_SET_CHILD_SUBREAPER: bwrap's orphaned pid 1 comes back here to be reaped
@@ -42,21 +44,23 @@ except (OSError, AttributeError):
 child = os.fork()
 if child == 0:
     problem = "the folder kept vanishing"
-    for _ in range(5):
+    for _ in range(100):
         try:
             try:
                 os.mkdir(cgroup)
             except FileExistsError:
                 pass
-            with open(os.path.join(cgroup, "pids.max"), "w") as f:
-                f.write(limit)
+            # Join first: a populated cgroup cannot be removed. Nothing else runs in it
+            # until the exec below, so the cap still counts every process of the call.
             with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
+            with open(os.path.join(cgroup, "pids.max"), "w") as f:
+                f.write(limit)
             problem = None
             break
-        except FileNotFoundError:
-            continue
         except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENODEV):
+                continue
             problem = exc.strerror or str(exc)
             break
     if problem is not None:
@@ -104,13 +108,14 @@ class PidsCgroups:
                 str(limit)]
 
     def sweep(self) -> None:
-        """Remove the call cgroups a killed launcher left empty; populated ones stay."""
+        """Remove the call cgroups a killed launcher left empty; populated ones stay, and so
+        does a live launcher's (it is empty between making its folder and joining it)."""
         try:
             names = os.listdir(self.parent)
         except OSError:
             return
         for name in names:
-            if name.startswith(_CALL_PREFIX):
+            if name.startswith(_CALL_PREFIX) and not _launcher_alive(name):
                 try:
                     os.rmdir(self.parent / name)
                 except OSError:
@@ -122,6 +127,17 @@ class PidsCgroups:
             return sorted(p for p in self.parent.iterdir() if p.name.startswith(_CALL_PREFIX))
         except OSError:
             return []
+
+
+def _launcher_alive(name: str) -> bool:
+    """Whether the launcher a call cgroup is named after (``call-<pid>``) still runs."""
+    try:
+        os.kill(int(name[len(_CALL_PREFIX):]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
 
 
 @functools.cache
