@@ -385,7 +385,7 @@ def _flag_problems(tokens: tuple[str, ...], rules: Rules) -> Iterable[str]:
 
 @dataclass
 class Tally:
-    """What the suite-wide rules need of the missions; tallies of shares of a suite add up."""
+    """What the suite-wide rules need of the missions."""
 
     total: int = 0
     held: int = 0
@@ -404,35 +404,6 @@ class Tally:
         self.held += m.split == "test"
         self.captured.add(m.flag)
         self.keys.add(m.key)
-
-    def add(self, other: Tally) -> None:
-        self.total += other.total
-        self.held += other.held
-        self.captured |= other.captured
-        self.keys |= other.keys
-
-
-class ShareCheck:
-    """The per-mission rules over runs of a suite's missions, as they arrive.
-
-    For a fan-out: each process checks its share and keeps the tally; the
-    suite-wide rules and keys repeated across shares are the caller's
-    (``suite_problems`` over the summed tallies). ``suite`` gives the
-    suite's own fields; its missions are not looked at.
-    """
-
-    def __init__(self, suite: Suite) -> None:
-        self.rules = Rules.of(suite)
-        self.tally = Tally()
-
-    def clean(self, missions: Iterable[Mission]) -> bool:
-        """False when a mission breaks a rule or repeats a key seen so far: check the whole."""
-        rules, tally = self.rules, self.tally
-        for m in missions:
-            tally.count(m)
-            if len(tally.keys) != tally.total or any(_mission_problems(rules, m)):
-                return False
-        return True
 
 
 def _suite_problems(suite: Suite) -> Iterable[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from evalkit.eval.checks import Field, field
+from evalkit.eval.checks import Field, field, field_table
 
 #: The fields of every mission, in the order EVAL.md's table lists them.
 CORE_FIELDS: tuple[Field, ...] = (
@@ -69,8 +69,9 @@ class Mission:
                  flags: tuple[str, ...] = (), *, line: int | None = None,
                  **settings: Any) -> None:
         given = {}
+        table = field_table()
         for name, value in settings.items():
-            spec = field(name)
+            spec = table.get(name)
             if spec is None:
                 raise TypeError(f"Mission() got an unexpected keyword argument {name!r}: "
                                 "no registered check has that field")

@@ -243,6 +243,9 @@ class _Builder:
         self.positions: tuple[int, ...] = ()
         self.partial: list[tuple[int, Mission, frozenset[str]]] = []
         self.kinds = mission_kinds()
+        #: Field -> the one type its value may have to be stored as it is (strings, flags
+        #: and counts; a bool is no int here): the common case, checked without ``value``.
+        self.exact = {name: _EXACT[kind] for name, kind in self.kinds.items() if kind in _EXACT}
 
     def find(self, steps: tuple[str | int, ...]) -> tuple[yaml.Node | None, yaml.Node | None]:
         """Walk the node tree: (the node whose line names the step, the value's node)."""
@@ -423,19 +426,21 @@ class _Builder:
                          f"must be a mapping of mission fields, not {_describe(raw)}")
             return None
         before = len(self.problems)
-        self.duplicates(_where(raw, index), steps)
+        if self.repeated:
+            self.duplicates(_where(raw, index), steps)
         values: dict[str, Any] = {}
         bad: set[str] = set()
-        kinds = self.kinds
+        kinds, exact = self.kinds, self.exact
         for name, value in raw.items():
-            kind = kinds.get(name) if isinstance(name, str) else None
+            kind = kinds.get(name) if type(name) is str else None
             if kind is None:
                 self.unknown(_where(raw, index), name, list(kinds), (*steps, str(name)))
             elif value is None:
                 continue  # an empty value means "not given"
-            elif type(value) is _EXACT.get(kind) or kind == _STRS and type(value) is list \
-                    and all(type(item) is str for item in value):
-                values[name] = tuple(value) if kind == _STRS else value  # as ``value`` stores it
+            elif type(value) is exact.get(name):
+                values[name] = value  # as ``value`` stores it
+            elif kind == _STRS and type(value) is list and _ONLY_STR.issuperset(map(type, value)):
+                values[name] = tuple(value)  # as ``value`` stores it
             else:
                 ok, stored = self.value(_where(raw, index), name, kind, value, (*steps, name))
                 if ok:
@@ -522,6 +527,7 @@ def _kind(name: Any, table: dict[str, str]) -> str | None:
 
 #: The one type a value of each kind can have to be stored as it is (a bool is no int here).
 _EXACT: dict[str, type] = {_STR: str, _BOOL: bool, _INT: int}  # a number goes the long way
+_ONLY_STR = frozenset({str})
 
 
 def _where(raw: dict[Any, Any], index: int) -> str:

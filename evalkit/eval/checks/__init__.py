@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -319,6 +319,13 @@ def field(name: str) -> Field | None:
     return _REGISTRY.fields.get(name)
 
 
+def field_table() -> Mapping[str, Field]:
+    """Every check field by name (read only): for a caller looking up many at once."""
+    if not _REGISTRY.loaded:
+        _REGISTRY.ensure()
+    return _REGISTRY.fields
+
+
 def fields() -> tuple[Field, ...]:
     """Every check field, check by check."""
     return tuple(f for c in registered() for f in c.fields)
@@ -344,5 +351,5 @@ def version() -> int:
 
 
 __all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "KINDS", "Check", "CheckError", "Field", "Frozen",
-           "Kind", "Said", "built_in", "configured", "field", "fields", "freeze",
+           "Kind", "Said", "built_in", "configured", "field", "field_table", "fields", "freeze",
            "register_check", "registered", "unregister_check", "version"]
