@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalkit.store.leftovers import running
+
 #: The folder, in the pids hierarchy, that holds one cgroup per sandboxed call.
 PARENT_NAME = "evalkit"
 
@@ -131,13 +133,8 @@ class PidsCgroups:
 
 def _launcher_alive(name: str) -> bool:
     """Whether the launcher a call cgroup is named after (``call-<pid>``) still runs."""
-    try:
-        os.kill(int(name[len(_CALL_PREFIX):]), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except OSError:
-        return True  # another user's process: alive
-    return True
+    pid = name[len(_CALL_PREFIX):]
+    return pid.isdigit() and running(int(pid))
 
 
 @functools.cache
