@@ -182,6 +182,8 @@ class Rules:
     regex_errors: dict[str, str | None]
     #: (check, the values of its fields) -> what its ``validate`` said of them.
     said: dict[tuple[str, tuple[object, ...]], list[tuple[str, str]]]
+    #: A mission's settings (name, value pairs) -> what every check it sets said of them.
+    said_of_settings: dict[tuple[tuple[str, object], ...], list[tuple[str, str]]]
 
     @classmethod
     def of(cls, suite: Suite) -> Rules:
@@ -198,6 +200,7 @@ class Rules:
             taking=frozenset(f["flag"] for f in contract.CLI_FLAGS if f["value"] is not None),
             regex_errors={},
             said={},
+            said_of_settings={},
         )
 
     def regex_error(self, regex: str) -> str | None:
@@ -206,6 +209,23 @@ class Rules:
         if regex not in self.regex_errors:
             self.regex_errors[regex] = pattern_problem(regex)
         return self.regex_errors[regex]
+
+    def settings_problems(self, m: Mission) -> list[tuple[str, str]]:
+        """What the checks the mission sets say of its values for their fields. A large
+        suite repeats a few sets of settings over all its missions: each set is looked at
+        once (and each check's values within it once, by ``problems``)."""
+        key = tuple(m.settings.items())
+        try:
+            found = self.said_of_settings.get(key)
+        except TypeError:  # a value no suite holds (a list, in a Mission built by hand)
+            found = None
+            key = None
+        if found is None:
+            found = [said for check in checks.configured(m.settings)
+                     if check.validate is not None for said in self.problems(check, m)]
+            if key is not None:
+                self.said_of_settings[key] = found
+        return found
 
     def problems(self, check: checks.Check, m: Mission) -> list[tuple[str, str]]:
         """What ``check`` says of the mission's values for its fields. A check judges its
@@ -244,9 +264,7 @@ def _mission_problems(rules: Rules, m: Mission) -> Iterator[tuple[str, str]]:
     if not m.because.strip():
         yield "because", "is missing or empty; say why this mission exists"
     if m.settings:
-        for check in checks.configured(m.settings):
-            if check.validate is not None:
-                yield from rules.problems(check, m)
+        yield from rules.settings_problems(m)
     for tool, said in rules.tool_names.named(m.prompt) if rules.tool_names else ():
         also = "" if said.lower() == tool.lower() else f" (as {said!r})"
         yield "prompt", (f"names the served tool {tool!r}{also}; write it as a person would, "
