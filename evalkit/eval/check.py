@@ -180,10 +180,8 @@ class Rules:
     taking: frozenset[str]
     #: Each answer regex met so far -> why it cannot be used, or None when it can.
     regex_errors: dict[str, str | None]
-    #: (check, the values of its fields) -> what its ``validate`` said of them.
-    said: dict[tuple[str, tuple[object, ...]], list[tuple[str, str]]]
     #: A mission's settings (name, value pairs) -> what every check it sets said of them.
-    said_of_settings: dict[tuple[tuple[str, object], ...], list[tuple[str, str]]]
+    said: dict[tuple[tuple[str, object], ...], list[tuple[str, str]]]
 
     @classmethod
     def of(cls, suite: Suite) -> Rules:
@@ -200,7 +198,6 @@ class Rules:
             taking=frozenset(f["flag"] for f in contract.CLI_FLAGS if f["value"] is not None),
             regex_errors={},
             said={},
-            said_of_settings={},
         )
 
     def regex_error(self, regex: str) -> str | None:
@@ -211,34 +208,22 @@ class Rules:
         return self.regex_errors[regex]
 
     def settings_problems(self, m: Mission) -> list[tuple[str, str]]:
-        """What the checks the mission sets say of its values for their fields. A large
-        suite repeats a few sets of settings over all its missions: each set is looked at
-        once (and each check's values within it once, by ``problems``)."""
+        """What the checks the mission sets say of its values for their fields. A check
+        judges its own fields (with the suite), so the answer holds for every mission
+        giving the same settings, and a large suite repeats a few sets over all its
+        missions: each set is looked at once."""
         key = tuple(m.settings.items())
         try:
-            found = self.said_of_settings.get(key)
+            found = self.said.get(key)
         except TypeError:  # a value no suite holds (a list, in a Mission built by hand)
-            found = None
-            key = None
+            return self._said(m)
         if found is None:
-            found = [said for check in checks.configured(m.settings)
-                     if check.validate is not None for said in self.problems(check, m)]
-            if key is not None:
-                self.said_of_settings[key] = found
+            found = self.said[key] = self._said(m)
         return found
 
-    def problems(self, check: checks.Check, m: Mission) -> list[tuple[str, str]]:
-        """What ``check`` says of the mission's values for its fields. A check judges its
-        own fields (with the suite), so the answer holds for every mission giving the
-        same values, and missions repeat their values: each set is looked at once."""
-        values = (check.name, tuple(m.settings.get(f.name) for f in check.fields))
-        try:
-            found = self.said.get(values)
-        except TypeError:  # a value no suite holds (a list, in a Mission built by hand)
-            return check.problems(m, self)
-        if found is None:
-            found = self.said[values] = check.problems(m, self)
-        return found
+    def _said(self, m: Mission) -> list[tuple[str, str]]:
+        return [said for check in checks.configured(m.settings) if check.validate is not None
+                for said in check.problems(m, self)]
 
 
 def _key_ok(key: str) -> bool:
