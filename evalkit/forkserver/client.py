@@ -127,10 +127,14 @@ class Forked:
 
 class ForkServer:
     """One fork server process, started on the first request it can serve (``python -m``
-    of one of ``modules``)."""
+    of one of ``modules``): run by ``wrap`` when given (a command that runs the rest of
+    its line, such as ``unshare -rn``: what the server forks is where it is), with
+    ``env`` when given (else this process's environment)."""
 
-    def __init__(self, modules: tuple[str, ...] = SERVED) -> None:
+    def __init__(self, modules: tuple[str, ...] = SERVED, *, wrap: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
         self.modules = modules
+        self.wrap, self.env = tuple(wrap), env
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._folder: str | None = None
@@ -199,10 +203,10 @@ class ForkServer:
         self.address = os.path.join(self._folder, "socket")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "evalkit.forkserver", self.address,
+                [*self.wrap, sys.executable, "-m", "evalkit.forkserver", self.address,
                  *(self.modules if self.modules != SERVED else ())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=self._folder,
-                start_new_session=True)
+                env=None if self.env is None else dict(self.env), start_new_session=True)
         except OSError as exc:
             self.broken = f"the fork server did not start: {exc}"
             return

@@ -3,9 +3,14 @@
 Each replay is its own ``evalkit replay`` process in a network namespace with no
 interfaces (``unshare -rn``, where the kernel lets an unprivileged user make one)
 and, always, with a ``sitecustomize`` on its path that refuses every non-Unix
-socket. Replays land at ``<tmp>/<suite>/<variant>/<key>/runs/`` so that
-``evalkit score --runs`` scores them exactly like the corpus; the verdicts —
-bit and reasons — must be the committed ones, and no replay may drift.
+socket. The processes are forked, as ``evalkit run`` forks its missions, by a fork
+server (``evalkit.forkserver``) started in that namespace with that ``sitecustomize``:
+each child is in the namespace and finds ``socket`` patched, without paying an
+interpreter's start-up and imports for every recording (one the server cannot fork
+is spawned in a namespace of its own, with the same path). Replays land at
+``<tmp>/<suite>/<variant>/<key>/runs/`` so that ``evalkit score --runs`` (forked
+the same way) scores them exactly like the corpus; the verdicts — bit and reasons —
+must be the committed ones, and no replay may drift.
 """
 
 from __future__ import annotations
@@ -15,12 +20,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from evalkit.eval.suite import load_suite
+from evalkit.forkserver.client import ForkServer
 from tests._offline import blocking_site
 from tests.corpus.conftest import (
     IDS,
@@ -53,33 +61,72 @@ def _env(site: Path) -> dict[str, str]:
     return env
 
 
+class Offline(ForkServer):
+    """A fork server started inside ``wrap`` (the empty network namespace) with ``env``
+    (the ``sitecustomize`` that blocks sockets on its path): what it forks is offline too."""
+
+    def __init__(self, wrap: Sequence[str], env: dict[str, str]) -> None:
+        super().__init__(wrap=wrap, env=env)
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str],
+            timeout: float) -> tuple[int, str, str]:
+        """``argv`` forked here (else spawned inside ``wrap``): exit code, stdout, stderr."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            options = {"stdin": subprocess.DEVNULL, "stdout": out.fileno(),
+                       "stderr": err.fileno(), "cwd": str(cwd), "env": env}
+            proc = self.fork(argv, **options) or subprocess.Popen([*self.wrap, *argv], **options)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                if isinstance(proc, subprocess.Popen):
+                    proc.kill()
+                    proc.wait()
+                raise AssertionError(f"{argv} ran past {timeout} s") from None
+            said = []
+            for stream in (out, err):
+                stream.seek(0)
+                said.append(stream.read().decode(errors="replace"))
+        return code, said[0], said[1]
+
+
 @pytest.fixture(scope="module")
-def replays(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """Every recording replayed; returns the replays' root and each replay's stdout."""
+def offline(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Offline, Path, dict[str, str]]]:
+    """The offline fork server, a folder for the replays, and the environment it runs with."""
     root = tmp_path_factory.mktemp("replays")
     env = _env(blocking_site(root / "blocked-site"))
     control = subprocess.run(
         [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
         env=env, capture_output=True, text=True, timeout=60, check=False)
     assert control.returncode != 0 and "network blocked" in control.stderr
-    wrap = _namespace()
+    server = Offline(_namespace(), env)
+    try:
+        yield server, root, env
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def replays(offline: tuple[Offline, Path, dict[str, str]]) -> tuple[Path, dict[str, str]]:
+    """Every recording replayed; returns the replays' root and each replay's stdout."""
+    server, root, env = offline
     jobs = []
     for suite, variant in TARGETS:
         skill = load_suite(SUITES / suite).resolve("skill")
         assert skill is not None
         for folder in mission_folders(RECORDINGS, suite, variant):
             dest = root / suite / variant / folder.name
-            argv = [*wrap, sys.executable, "-m", "evalkit.cli", "replay",
+            argv = [sys.executable, "-m", "evalkit.cli", "replay",
                     str(run_dir(folder)), "--skill", str(skill), "--quiet"]
             jobs.append((f"{suite}/{variant}/{folder.name}", dest, argv))
 
     def one(job: tuple[str, Path, list[str]]) -> tuple[str, str]:
         name, dest, argv = job
         dest.mkdir(parents=True)
-        done = subprocess.run(argv, cwd=dest, env={**env, "EVALKIT_RUNS": str(dest / "runs")},
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
-        return name, done.stdout
+        code, stdout, stderr = server.run(argv, dest, {**env, "EVALKIT_RUNS": str(dest / "runs")},
+                                          timeout=120)
+        assert code == 0, f"{name}: {stdout}{stderr}"
+        return name, stdout
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         said = dict(pool.map(one, jobs))
@@ -94,8 +141,10 @@ def test_every_recording_replays_without_drift(replays: tuple[Path, dict[str, st
 
 
 @pytest.mark.parametrize(("suite", "variant"), TARGETS, ids=IDS)
-def test_the_replays_score_to_the_committed_verdicts(replays: tuple[Path, dict[str, str]],
-                                                     suite: str, variant: str) -> None:
+def test_the_replays_score_to_the_committed_verdicts(
+        offline: tuple[Offline, Path, dict[str, str]], replays: tuple[Path, dict[str, str]],
+        suite: str, variant: str) -> None:
+    server, _, env = offline
     root, _ = replays
     # A judged recording's judgments go beside its replay: filed under the answer's digest,
     # they grade the replay only if it gave the very same answer (their seal is the corpus
@@ -105,13 +154,12 @@ def test_the_replays_score_to_the_committed_verdicts(replays: tuple[Path, dict[s
         if judged.is_dir():
             [stream] = (root / suite / variant / folder.name).glob("runs/*/events.jsonl")
             shutil.copytree(judged, stream.parent / "judge", dirs_exist_ok=True)
-    done = subprocess.run(
+    code, stdout, stderr = server.run(
         [sys.executable, "-m", "evalkit.cli", "score", "--suite", str(SUITES / suite),
          "--runs", str(root / suite / variant), "--json", "--allow-failures",
-         "--trust", str(RECORDINGS / "evalkit.pub")],
-        capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    replayed = json.loads(done.stdout)
+         "--trust", str(RECORDINGS / "evalkit.pub")], root, env, timeout=120)
+    assert code == 0, stderr
+    replayed = json.loads(stdout)
     assert outcome_of(replayed) == outcome_of(committed(suite, variant))
     for verdict in replayed["verdicts"]:
         assert verdict["source"].startswith(f"{verdict['key']}/runs/run_")
