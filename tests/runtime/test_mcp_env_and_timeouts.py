@@ -81,8 +81,10 @@ def test_the_mcp_call_timeout_is_the_operators(tmp_path: Path) -> None:
 
 
 def test_the_mcp_start_timeout_is_the_operators(tmp_path: Path) -> None:
+    # Reads what it is sent and never answers; it ends when its stdin does, so the client's
+    # close is not the SDK's two-second wait for a server that ignores its stdin.
     mute = tmp_path / "mute.py"
-    mute.write_text("import time\ntime.sleep(30)\n", encoding="utf-8")
+    mute.write_text("import sys\nsys.stdin.buffer.read()\n", encoding="utf-8")
     done, _ = mission(tmp_path, ['{"answer": "x"}'], "--mcp-stdio", f"{sys.executable} {mute}",
                       "--mcp-start-timeout", "1")
     assert done.returncode == 2, done.stderr

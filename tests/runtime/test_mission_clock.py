@@ -31,7 +31,7 @@ from tests.runtime.conftest import STUB, RunMission, read_jsonl
 from tests.runtime.test_mission_cli import call, clean_env, evalkit, write_script
 
 #: The clock every mission here is given.
-SECONDS = 1.5
+SECONDS = 1.0
 #: How long after its ``mission_finished`` is written a run may take to be over (its plane
 #: closed, its process gone): generous, as the test machine may be busy.
 GRACE = 3.0
