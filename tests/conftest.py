@@ -51,3 +51,15 @@ def _forked_stub_planes(request: pytest.FixtureRequest, _stub_fork_server: ForkS
     if request.node.get_closest_marker("slow") is None and not client.switched_off() \
             and _stub_fork_server._started():
         monkeypatch.setattr(client, "forked_by", _stub_fork_server.address)
+
+
+@pytest.fixture(scope="module")
+def shared_fork_server(_stub_fork_server: ForkServer) -> Iterator[None]:
+    """``run``, ``measure`` and ``conform`` of the built-in runtime, called in this process,
+    fork their missions from the session's fork server (the unit tests' stub planes' own)
+    instead of starting one per command and paying its imports: ``client.serving`` starts
+    one only when none is serving. With ``EVALKIT_FORKSERVER=off`` nothing is forked."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not client.switched_off():
+            patch.setattr(client, "_active", _stub_fork_server)
+        yield

@@ -23,7 +23,10 @@ STUB = ROOT / "suites" / "stub"
 GROUNDED = ["chaining", "disambiguation", "synthesis"]  # expects_grounded: true
 STAGED = {"absence", "chaining", "disambiguation", "partial", "synthesis"}
 
-pytestmark = pytest.mark.slow
+#: One worker runs the module (``--dist loadgroup``): the measure of ``demo`` is made once,
+#: not once in each worker that is handed one of its tests.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo_rows"),
+              pytest.mark.usefixtures("shared_fork_server")]
 
 
 def _lines(path: Path) -> list[dict]:

@@ -17,6 +17,16 @@ from tests.harness.conftest import FOREIGN, STUB_SUITE, foreign_suite, invoke, r
 
 T, F = True, False
 
+#: One worker runs the module (``--dist loadgroup``): the matrix of ``measured`` is made
+#: once, not once in each worker that is handed one of the tests that read it.
+pytestmark = [pytest.mark.xdist_group("measure"), pytest.mark.usefixtures("shared_fork_server")]
+
+#: The foreign agent, started without the ``site`` module: it imports only the standard
+#: library, and ``site`` (the .pth files, the editable install's finder) is about a third
+#: of what each of the ~150 spawns in this module costs. What it is given is unchanged.
+AGENT = [FOREIGN[0], "-S", *FOREIGN[1:]]
+
+
 #: Pass/fail per row, mission and repeat for the foreign agent (see agents/foreign.py).
 TABLE = {
     "direct": {**{f"t{i}": [T, T, T] for i in range(6)}, "t6": [T, F, T], "t7": [F, F, F],
@@ -39,7 +49,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("FOREIGN_TABLE", str(table))
         result = invoke("measure", "--suite", suite, "--out", out, "--config", "swarm",
-                        "--config", "native", "--repeat", "3", "--jobs", "4", "--", *FOREIGN)
+                        "--config", "native", "--repeat", "3", "--jobs", "4", "--", *AGENT)
     assert result.exit_code == 0, result.output + result.stderr
     return suite, out
 
@@ -158,7 +168,7 @@ def test_a_one_mission_difference_at_repeat_1_is_no_detectable_difference(
     monkeypatch.setenv("FOREIGN_TABLE", str(tmp_path / "table.json"))
     out = tmp_path / "m"
     result = invoke("measure", "--suite", foreign_suite(tmp_path / "s.yaml"), "--out", out,
-                    "--config", "native", "--", *FOREIGN)
+                    "--config", "native", "--", *AGENT)
     assert result.exit_code == 0, result.stderr
     vs = read_json(out / "matrix.json")["statistics"]["native"]["train"]["vs_baseline"]
     assert (vs["baseline_only"], vs["row_only"], vs["p_value"]) == (1, 0, 1.0)
@@ -172,7 +182,7 @@ def test_rows_the_agent_or_the_manifest_cannot_honour_are_skipped_with_the_reaso
     out = tmp_path / "m"
     suite = foreign_suite(tmp_path / "s.yaml")
     result = invoke("measure", "--suite", suite, "--out", out, "--jobs", "2", "--",
-                    *FOREIGN, "--refuse", "--swarm")
+                    *AGENT, "--refuse", "--swarm")
     assert result.exit_code == 0, result.stderr
     rows = {row["name"]: row for row in read_json(out / "matrix.json")["rows"]}
     assert [r.name for r in MATRIX] == list(rows)
@@ -210,7 +220,7 @@ def test_grounding_rows_write_a_manifest_variant_and_repoint_skill(tmp_path: Pat
     out = tmp_path / "m"
     result = invoke("measure", "--suite", suite, "--out", out, "--split", "test", "--config",
                     "grounding", "--config", "must-cite", "--config", "claim-table",
-                    "--config", "planes", "--", *FOREIGN)
+                    "--config", "planes", "--", *AGENT)
     assert result.exit_code == 0, result.stderr
     grounding = {}
     for row in ("direct", "grounding", "must-cite", "claim-table"):

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from evalkit.pricing import EXAMPLE
 from tests.harness.conftest import invoke, read_json
 
 STUB = Path(__file__).resolve().parents[2] / "suites" / "stub"
 
 
+@pytest.mark.usefixtures("shared_fork_server")
 def test_measure_reports_cost_per_row_with_an_interval_and_the_paired_delta(
         tmp_path: Path) -> None:
     out = tmp_path / "matrix"

@@ -3,10 +3,12 @@ sentence and exit 2, and nothing already on disk is lost or half rewritten."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,15 @@ from hypothesis import strategies as st
 from evalkit.cli import main
 from evalkit.errors import EvalkitError
 from evalkit.eval.suite import load_suite
+from evalkit.report import charts
 from evalkit.report.html import GENERATOR_MARKER, MARKER_WITHIN
 from evalkit.report.markdown import Rendered, write_rendered
 from evalkit.store import replace
 from tests.report._folders import make_suite, score_folder, write_runs
+
+#: One worker runs the module (``--dist loadgroup``): the scored folders, and each chart
+#: their reports draw, are made once, not once in each worker handed some of its tests.
+pytestmark = pytest.mark.xdist_group("bad_input")
 
 
 def invoke(*args: Any):
@@ -36,6 +43,41 @@ def refused(result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     return lines[0]
+
+
+@contextlib.contextmanager
+def charts_drawn_once() -> Iterator[None]:
+    """While this lasts, each of the report's charts is drawn once per distinct input.
+
+    Drawing the charts (matplotlib, to SVG) is most of what rendering a report costs, and
+    the tests here render the same few charts over and over: the same folders, and damage
+    that leaves the KPIs alone or is refused before a chart is drawn. A chart is a pure
+    function of its arguments (``evalkit.report.charts``: a fixed hash salt, no date), so
+    the page is byte for byte the one drawing it again would give. A chart that fails to
+    draw is not kept: it fails again on every page that asks for it.
+    """
+    drawn: dict[str, str] = {}
+
+    def once(name: str) -> Any:
+        draw = getattr(charts, name)
+
+        def memo(*args: Any, **kwargs: Any) -> str:
+            key = repr((name, args, kwargs))  # every field of the KPI and paired rows
+            if key not in drawn:
+                drawn[key] = draw(*args, **kwargs)
+            return drawn[key]
+        return memo
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("pass_rates", "quality_cost", "paired"):
+            patch.setattr(charts, name, once(name))
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _charts_once() -> Iterator[None]:
+    with charts_drawn_once():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.report.test_bad_input import _VALUES, invoke, refused
+from tests.report.test_bad_input import _VALUES, charts_drawn_once, invoke, refused
+
+#: One worker runs the module (``--dist loadgroup``): the measure folder, and each chart
+#: its reports draw, are made once, not once in each worker handed some of its tests.
+pytestmark = pytest.mark.xdist_group("bad_matrix")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _charts_once() -> Iterator[None]:
+    """Every test renders a report of the same measure folder, most with the same KPIs:
+    its charts are drawn once per distinct input (``charts_drawn_once``)."""
+    with charts_drawn_once():
+        yield
 
 
 @pytest.fixture(scope="module")
