@@ -12,6 +12,7 @@ import importlib.util
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,20 @@ def _serial(suite: Path, source: Path, split: str) -> tuple[bytes, str]:
     return to_json_bytes(report), to_markdown(report)
 
 
+@pytest.fixture(scope="module")
+def serial(corpus: Path) -> Callable[[str, str], tuple[bytes, str]]:
+    """``_serial`` of the corpus suite over one of its sources (``dataset.parquet`` or
+    ``runs``), judged once per source and split and read by every test that compares to it."""
+    judged: dict[tuple[str, str], tuple[bytes, str]] = {}
+
+    def of(source: str, split: str) -> tuple[bytes, str]:
+        if (source, split) not in judged:
+            judged[source, split] = _serial(corpus / "suite.yaml", corpus / source, split)
+        return judged[source, split]
+
+    return of
+
+
 def _shared(suite: Path, source: Path, split: str, workers: int) -> tuple[bytes, str]:
     """The report as ``workers`` processes judge it, written from the shares' bytes."""
     report = score(load_suite(suite), split=split, workers=workers, **_source(source))
@@ -75,9 +90,10 @@ def _shared(suite: Path, source: Path, split: str, workers: int) -> tuple[bytes,
 @pytest.mark.parametrize("split", ["all", "train", "test"])
 @pytest.mark.parametrize("source", ["dataset.parquet", "runs"])
 def test_shares_judged_by_several_processes_give_the_one_process_bytes(
-        corpus: Path, source: str, split: str, workers: int) -> None:
+        corpus: Path, serial: Callable[[str, str], tuple[bytes, str]], source: str, split: str,
+        workers: int) -> None:
     suite = corpus / "suite.yaml"
-    want = _serial(suite, corpus / source, split)
+    want = serial(source, split)
     got = _shared(suite, corpus / source, split, workers)
     assert got == want
     assert b'"passed": false' in got[0] and "FAIL" in got[1]  # the failure paths ran too
@@ -158,7 +174,7 @@ def test_a_suite_without_a_name_is_named_alike_on_both_paths(corpus: Path, tmp_p
 
 
 def test_the_cli_writes_the_same_report_from_a_dataset_and_from_the_runs(
-        corpus: Path, tmp_path: Path) -> None:
+        corpus: Path, serial: Callable[[str, str], tuple[bytes, str]], tmp_path: Path) -> None:
     runner = CliRunner()
     outputs = {}
     for source in (["--dataset", "dataset.parquet"], ["--runs", "runs"]):
@@ -168,7 +184,7 @@ def test_the_cli_writes_the_same_report_from_a_dataset_and_from_the_runs(
         printed = runner.invoke(cli, [*args, "--json"])
         assert written.exit_code == printed.exit_code == 1  # some missions fail
         assert printed.stdout_bytes == (report / "report.json").read_bytes()
-        want = _serial(corpus / "suite.yaml", corpus / source[1], "all")
+        want = serial(source[1], "all")
         assert (report / "report.json").read_bytes() == want[0]
         assert (report / "report.md").read_text() == want[1]
         outputs[source[1]] = json.loads(printed.stdout_bytes)

@@ -2,7 +2,9 @@
 
 One real ``evalkit run`` of the stub suite's test half (the built-in runtime, the
 stub MCP plane, the run store) is made once; each test alters a copy of it the
-way an attacker would and reads what ``verify`` and ``score`` say.
+way an attacker would and reads what ``verify`` and ``score`` say (the commands
+run in this process, through click's runner: exit code, stdout and stderr as a
+spawn would give them).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evalkit.cli import main
 from evalkit.eval.score import score
 from evalkit.eval.suite import load_suite
 from evalkit.store import seal
@@ -27,16 +31,20 @@ REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "suites" / "stub"
 
 
-def evalkit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, check=False, timeout=300)
+def evalkit(*args: str) -> subprocess.CompletedProcess[str]:
+    """``evalkit ARGS`` in this process: its exit code, stdout and stderr."""
+    result = CliRunner().invoke(main, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sealed") / "out"
-    done = evalkit("run", "--suite", str(SUITE), "--out", str(out), "--split", "test",
-                   "--jobs", "2", "--quiet")
+    done = subprocess.run([sys.executable, "-m", "evalkit.cli", "run", "--suite", str(SUITE),
+                           "--out", str(out), "--split", "test", "--jobs", "2", "--quiet"],
+                          capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr
     return out
 

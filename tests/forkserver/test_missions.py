@@ -119,8 +119,10 @@ def test_a_forked_mission_past_its_timeout_is_wound_up_and_its_stub_goes_too(
     assert server_folders and not _leftovers(server_folders)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def stub_server() -> Iterator[ForkServer]:
+    """One fork server for the relay tests: each leaves it with no child (the relay goes
+    only once its server is reaped), so the next finds it as a new one."""
     server = ForkServer()
     assert server._started()
     try:
@@ -166,6 +168,9 @@ def test_the_relay_passes_signals_on_and_a_killed_relay_takes_the_server_with_it
     zygote = stub_server._proc
     assert zygote is not None
     children = Path(f"/proc/{zygote.pid}/task/{zygote.pid}/children")
+    deadline = time.monotonic() + 10
+    while children.read_text().split() and time.monotonic() < deadline:  # an earlier test's
+        time.sleep(0.02)
     for sig, code in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGKILL, -signal.SIGKILL)):
         relay = subprocess.Popen(relay_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  cwd=tmp_path, start_new_session=True)

@@ -3,13 +3,17 @@ declare a server's scopes instead (``--mcp-scopes``, a skill's ``mcp_scopes``), 
 decision is named in the catalogue and the audit.
 
 Against two real stdio servers: the shipped stub plane, and ``annotated_server.py`` (FastMCP)
-with one tool for each way a server can annotate.
+with one tool for each way a server can annotate. The ``evalkit mission`` command lines run
+in this process (click's runner, in the test's folder with its governed folders, as
+``cli`` runs them); their servers are real processes still.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from evalkit.cli import main
 from evalkit.contract import PROFILES
 from evalkit.errors import EvalkitError
 from evalkit.runtime.command import mission_command
@@ -32,7 +37,6 @@ from tests.governance.conftest import (
     answer,
     call,
     clean_env,
-    cli,
     read_jsonl,
     write_script,
 )
@@ -55,6 +59,22 @@ SCRIPT = [call("mcp.peek"), call("mcp.note", text="a"), call("mcp.lookup", query
           call("mcp.stamp"), call("mcp.bare", text="b"), call("mcp.wipe"), call("mcp.peek"),
           answer("done")]
 CALLED = ["peek", "note", "lookup", "stamp", "bare", "wipe", "peek"]
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``evalkit ARGS`` as ``conftest.cli`` runs it (in ``tmp_path``, the mission root, with
+    the governed folders there and no other EVALKIT_ setting), in this process."""
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("EVALKIT_")}
+    env.update(clean_env(tmp_path))
+    before = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(main, list(args), env=env)
+    finally:
+        os.chdir(before)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 # -- the rule, on its own ------------------------------------------------------------------------
