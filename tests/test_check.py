@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -604,3 +607,48 @@ missions:
                  "-3 is negative", "'(unclosed' does not compile", "'must' (line 6): must be a list"):
         assert sum(said in p for p in problems) == 1, (said, problems)
     assert not any("field 'prompt': is empty" in p for p in problems)  # said once, by the loader
+
+
+_PIDS = Path()
+_real_share_problems = check_module._share_problems
+
+
+def _share_problems_noting_pid(job, span):
+    """``check._share_problems``, noting which process looked at the share."""
+    with open(_PIDS, "a") as pids:
+        pids.write(f"{os.getpid()}\n")
+    return _real_share_problems(job, span)
+
+
+def test_a_large_suite_checked_in_shares_over_processes_says_what_one_process_says(
+        tmp_path, monkeypatch):
+    """3,000 missions are looked at by worker processes (``evalkit.parallel``), 256 at a
+    time (a suite this small is shared out only from 10,000 missions on); planted problems in several shares come back in file order, and a key
+    used twice across shares is named at its second use — the same problems, to the
+    byte, as when this one process looks at them all."""
+    base = good()["missions"][0]
+    missions = [{**base, "key": f"m{i:05d}"} for i in range(3_000)]
+    missions[5]["flag"] = "nosuchflag"
+    missions[700]["split"] = "neither"
+    missions[1_500]["key"] = "m00010"
+    missions[2_047]["answer_must_match"] = ["(unclosed"]
+    missions[2_998]["flag"] = "alsonot"
+    path = tmp_path / "large.json"
+    path.write_text(json.dumps({**good(), "missions": missions}, default=str),
+                    encoding="utf-8")
+
+    monkeypatch.setattr(check_module, "SHARE", 256)
+    monkeypatch.setattr(check_module, "PER_WORKER", 1_000)
+    monkeypatch.setattr(check_module, "_share_problems", _share_problems_noting_pid)
+    monkeypatch.setattr(sys.modules[__name__], "_PIDS", tmp_path / "pids")
+    shared_out = check_path(path).problems
+    assert os.getpid() not in {int(pid) for pid in _PIDS.read_text().split()}  # other processes
+    monkeypatch.setattr(check_module.parallel, "can_fork", lambda: False)
+    assert check_path(path).problems == shared_out
+
+    said = [p for p in shared_out if p.startswith("mission ")]
+    assert [(p.split(" field ")[0], p.split("'")[3]) for p in said] == [
+        ("mission 'm00005'", "flag"), ("mission 'm00700'", "split"),
+        ("mission 'm00010'", "key"), ("mission 'm02047'", "answer_must_match"),
+        ("mission 'm02998'", "flag")]
+    assert "already used by mission #11;" in said[2]

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalkit import contract
+from evalkit import contract, parallel
 from evalkit.errors import EvalkitError
 from evalkit.eval import checks
 from evalkit.eval.suite import SPLITS, Loaded, Mission, Suite, SuiteError, counted, load_suite
@@ -132,25 +132,60 @@ def _missions_problems(rules: Rules, missions: tuple[Mission, ...],
                        positions: tuple[int, ...] | None = None,
                        bad: dict[int, frozenset[str]] | None = None) -> list[str]:
     """Every per-mission problem; ``positions``: where each mission stands in the file's list;
-    ``bad``: by position, the fields already refused by the loader, not looked at again."""
+    ``bad``: by position, the fields already refused by the loader, not looked at again.
+
+    A large suite's missions are looked at in shares over the cores (``evalkit.parallel``),
+    as scoring judges them; whether a key is used twice is the one rule that reads
+    them all, and is asked here."""
+    job = _Missions(rules, missions, positions or tuple(range(len(missions))), bad or {})
+    spans = [(start, min(start + SHARE, len(missions)))
+             for start in range(0, len(missions), SHARE)]
+    found = {at: problems for share in parallel.ordered(
+        _share_problems, spans, shared=job,
+        workers=parallel.workers_for(len(missions), PER_WORKER)) for at, problems in share}
     problems: list[str] = []
     seen: dict[str, int] = {}
-    for index, mission in zip(positions or range(len(missions)), missions, strict=True):
-        skip = (bad or {}).get(index, frozenset())
-        if mission.key.strip() and "key" not in skip:
+    for at, (index, mission) in enumerate(zip(job.positions, missions, strict=True)):
+        if mission.key.strip() and "key" not in job.bad.get(index, ()):
             if mission.key in seen:
                 problems.append(f"{_where(mission, index)} field 'key': already used by mission "
                                 f"#{seen[mission.key]}; keys must be unique (each names a run "
                                 "directory)")
             else:
                 seen[mission.key] = index + 1
-        found = [(name, text) for name, text in _mission_problems(rules, mission)
+        problems += found.get(at, ())
+    return problems
+
+
+#: Missions looked at as one share, and how many a process must have to look at to repay
+#: its start (a mission's rules cost a fifth of judging its run).
+SHARE, PER_WORKER = 1024, 5000
+
+
+@dataclass(frozen=True)
+class _Missions:
+    """What every share of a suite's missions is checked against (inherited by forked
+    workers, never pickled)."""
+
+    rules: Rules
+    missions: tuple[Mission, ...]
+    positions: tuple[int, ...]
+    bad: dict[int, frozenset[str]]
+
+
+def _share_problems(job: _Missions, span: tuple[int, int]) -> list[tuple[int, list[str]]]:
+    """(place in the suite's list, its problems) for each mission of ``span`` that has any."""
+    out = []
+    for at in range(*span):
+        mission, index = job.missions[at], job.positions[at]
+        skip = job.bad.get(index, frozenset())
+        found = [(name, text) for name, text in _mission_problems(job.rules, mission)
                  if name not in skip]
         if found:
             where = _where(mission, index)
-            problems += [(Discipline if name in RUBRIC_FIELDS else str)(
-                f"{where} field {name!r}: {text}") for name, text in found]
-    return problems
+            out.append((at, [(Discipline if name in RUBRIC_FIELDS else str)(
+                f"{where} field {name!r}: {text}") for name, text in found]))
+    return out
 
 
 def _where(mission: Mission, index: int) -> str:
