@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -609,23 +609,30 @@ missions:
     assert not any("field 'prompt': is empty" in p for p in problems)  # said once, by the loader
 
 
-_PIDS = Path()
-_real_share_problems = check_module._share_problems
-
-
-def _share_problems_noting_pid(job, span):
-    """``check._share_problems``, noting which process looked at the share."""
-    with open(_PIDS, "a") as pids:
-        pids.write(f"{os.getpid()}\n")
-    return _real_share_problems(job, span)
+#: Checks a suite as ``check`` does with shares of 256 missions, a worker process from
+#: 1,000, in a fresh process (forking is refused in one running other threads, as a test
+#: worker may be); prints the problems and the processes that looked at the shares.
+_SHARED_OUT = """
+import json, os, sys
+from evalkit.eval import check
+check.SHARE, check.PER_WORKER = 256, 1_000
+share = check._share_problems
+def noting(job, span):
+    with open(sys.argv[2], "a") as pids:
+        pids.write(f"{os.getpid()}\\n")
+    return share(job, span)
+check._share_problems = noting
+print(json.dumps({"problems": check.check_path(sys.argv[1]).problems, "pid": os.getpid()}))
+"""
 
 
 def test_a_large_suite_checked_in_shares_over_processes_says_what_one_process_says(
         tmp_path, monkeypatch):
     """3,000 missions are looked at by worker processes (``evalkit.parallel``), 256 at a
-    time (a suite this small is shared out only from 10,000 missions on); planted problems in several shares come back in file order, and a key
-    used twice across shares is named at its second use — the same problems, to the
-    byte, as when this one process looks at them all."""
+    time (a suite this small is shared out only from 10,000 missions on); planted
+    problems in several shares come back in file order, and a key used twice across
+    shares is named at its second use — the same problems, to the byte, as when one
+    process looks at them all."""
     base = good()["missions"][0]
     missions = [{**base, "key": f"m{i:05d}"} for i in range(3_000)]
     missions[5]["flag"] = "nosuchflag"
@@ -637,16 +644,15 @@ def test_a_large_suite_checked_in_shares_over_processes_says_what_one_process_sa
     path.write_text(json.dumps({**good(), "missions": missions}, default=str),
                     encoding="utf-8")
 
-    monkeypatch.setattr(check_module, "SHARE", 256)
-    monkeypatch.setattr(check_module, "PER_WORKER", 1_000)
-    monkeypatch.setattr(check_module, "_share_problems", _share_problems_noting_pid)
-    monkeypatch.setattr(sys.modules[__name__], "_PIDS", tmp_path / "pids")
-    shared_out = check_path(path).problems
-    assert os.getpid() not in {int(pid) for pid in _PIDS.read_text().split()}  # other processes
+    done = subprocess.run([sys.executable, "-c", _SHARED_OUT, str(path), str(tmp_path / "pids")],
+                          capture_output=True, text=True, timeout=120, check=True)
+    shared_out = json.loads(done.stdout)
+    pids = {int(pid) for pid in (tmp_path / "pids").read_text().split()}
+    assert len(pids) == 2 and shared_out["pid"] not in pids  # two workers, not the parent
     monkeypatch.setattr(check_module.parallel, "can_fork", lambda: False)
-    assert check_path(path).problems == shared_out
+    assert check_path(path).problems == shared_out["problems"]
 
-    said = [p for p in shared_out if p.startswith("mission ")]
+    said = [p for p in shared_out["problems"] if p.startswith("mission ")]
     assert [(p.split(" field ")[0], p.split("'")[3]) for p in said] == [
         ("mission 'm00005'", "flag"), ("mission 'm00700'", "split"),
         ("mission 'm00010'", "key"), ("mission 'm02047'", "answer_must_match"),
