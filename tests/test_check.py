@@ -553,6 +553,7 @@ def _suites(draw: st.DrawFn) -> Suite:
 _HYPO = settings(max_examples=300, deadline=None)
 
 
+@pytest.mark.slow
 @_HYPO
 @given(suite=_suites())
 def test_any_suite_is_checked_into_sentences_naming_where(suite):
@@ -565,6 +566,7 @@ def test_any_suite_is_checked_into_sentences_naming_where(suite):
 
 
 
+@pytest.mark.slow
 @_HYPO
 @given(tools=st.lists(_TOOLS, min_size=1, max_size=5), prompt=_PROMPTS)
 def test_the_tool_word_filter_never_hides_a_tool(tools, prompt):
@@ -626,6 +628,7 @@ print(json.dumps({"problems": check.check_path(sys.argv[1]).problems, "pid": os.
 """
 
 
+@pytest.mark.slow
 def test_a_large_suite_checked_in_shares_over_processes_says_what_one_process_says(
         tmp_path, monkeypatch):
     """3,000 missions are looked at by worker processes (``evalkit.parallel``), 256 at a

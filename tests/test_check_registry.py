@@ -180,6 +180,7 @@ def _evalkit(site: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_check_installed_under_the_entry_point_group_is_registered(tmp_path):
     site = tmp_path / "site"
     site.mkdir()

@@ -86,6 +86,7 @@ def test_a_reader_that_went_away_is_one_sentence_and_exit_2(args: list[str], fla
                            "before the output ended\n")
 
 
+@pytest.mark.slow
 def test_a_reader_that_leaves_half_way_through_a_long_output_is_exit_2(
         tmp_path: Path) -> None:
     """``evalkit sql … | head``: the reader leaves while a write far longer than a pipe

@@ -134,6 +134,7 @@ def _failed(spawn: tuple[str, ...], tmp_path: Path) -> list[str]:
     return conform(spawn, out=tmp_path / "conform").failed()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("shared_fork_server")
 def test_the_builtin_runtime_passes(tmp_path: Path) -> None:
     result = conform((), out=tmp_path / "conform")
@@ -143,10 +144,12 @@ def test_the_builtin_runtime_passes(tmp_path: Path) -> None:
             "field.reply_rejected.problem"} <= passed
 
 
+@pytest.mark.slow
 def test_the_example_agent_passes(tmp_path: Path) -> None:
     assert _failed((sys.executable, str(EXAMPLE)), tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_broken_agent_fails_by_the_rules_it_breaks(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # It ignores SIGTERM, so its group is killed at the bound whatever the bound is: a
@@ -173,6 +176,7 @@ def _evalkit(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
                           text=True, cwd=cwd, env=env, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_the_command_prints_a_line_per_rule_and_exits_1_on_a_failure(tmp_path: Path) -> None:
     done = _evalkit("conform", "--out", str(tmp_path / "c"), "--", sys.executable, str(BROKEN))
     assert done.returncode == 1
@@ -182,6 +186,7 @@ def test_the_command_prints_a_line_per_rule_and_exits_1_on_a_failure(tmp_path: P
     assert first.startswith(f"FAIL order.first {tmp_path / 'c' / 'answer' / 'events.jsonl'}:1 — ")
 
 
+@pytest.mark.slow
 def test_json_for_ci(tmp_path: Path) -> None:
     done = _evalkit("conform", "--json", "--out", str(tmp_path / "c"), "--", sys.executable,
                     str(EXAMPLE))
@@ -239,6 +244,7 @@ def _no_gates_checked(findings: list[tuple[rules.Rule, rules.Finding]]) -> None:
     assert status["exit.sigterm"].status == "pass", status["exit.sigterm"]
 
 
+@pytest.mark.slow
 def test_the_minimal_example_passes_with_no_gates(tmp_path: Path) -> None:
     result = conform((sys.executable, str(MINIMAL)), out=tmp_path / "c", gates=False)
     _no_gates_checked(result.findings)
@@ -250,6 +256,7 @@ def test_the_minimal_example_is_about_thirty_lines() -> None:
     assert len(MINIMAL.read_text("utf-8").splitlines()) <= 35
 
 
+@pytest.mark.slow
 def test_without_no_gates_an_agent_without_gates_fails_the_gate_rules(tmp_path: Path) -> None:
     # --no-gates is what makes the gate rules skip: left off, they are judged, and fail.
     assert {"control.gate_decision", "exit.sigterm"} <= set(
@@ -279,6 +286,7 @@ def test_a_recorder_wrapped_agent_passes_with_no_gates(tmp_path: Path) -> None:
     assert len(server.requests) in (2, 3)
 
 
+@pytest.mark.slow
 def test_the_command_says_no_gates_in_its_lines(tmp_path: Path) -> None:
     done = _evalkit("conform", "--no-gates", "--out", str(tmp_path / "c"), "--",
                     sys.executable, str(MINIMAL))

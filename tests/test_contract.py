@@ -55,6 +55,7 @@ def test_extra_keys_and_wrong_types_are_not_problems():
     assert contract.conforms(record) == []
 
 
+@pytest.mark.slow
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
                     lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=20))
 def test_conforms_never_raises(value):

@@ -47,6 +47,7 @@ def test_without_bubblewrap_the_sandboxed_packs_are_missing_and_the_exit_is_1(tm
     assert all(len(line) < 400 for line in result.stdout.splitlines())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed here")
 def test_a_machine_with_what_the_stub_pack_needs_is_ok(tmp_path):
     result = _doctor(tmp_path, "--suite", "suites/stub")
@@ -83,6 +84,7 @@ def endpoint():
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_the_endpoint_is_asked_for_its_models_and_the_key_never_shown(tmp_path, endpoint):
     key = "sk-doctor-test-key-0123456789"
     good = _doctor(tmp_path, "--suite", "suites/stub", EVALKIT_API_BASE=endpoint,

@@ -60,6 +60,7 @@ def _records(draw: st.DrawFn) -> Any:
     return list(record) if wrap == "list" else record
 
 
+@pytest.mark.slow
 @settings(max_examples=400)
 @given(record=_records())
 def test_conforms_equals_the_full_check(record: Any) -> None:
@@ -79,6 +80,7 @@ _LINES = st.sampled_from([
 ])
 
 
+@pytest.mark.slow
 @given(lines=st.lists(st.one_of(_LINES, st.binary(max_size=12)), max_size=8),
        newline=st.booleans())
 def test_parse_bytes_reads_as_parse_text_of_the_decoded_bytes(lines: list[bytes],
@@ -225,6 +227,7 @@ _SEGMENT = st.sampled_from(["k", "k2", "run_1", "events.jsonl", "x", "", "..", "
                            ".partial", ".k"])
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(key=st.sampled_from(["k", "k2", "k/x"]),
        parts=st.lists(_SEGMENT, min_size=1, max_size=5))
@@ -236,6 +239,7 @@ def test_one_candidate_resolves_as_the_general_rule_does(key: str, parts: list[s
 
 # --- _distinct: the short-list scan gives what the dict gives ----------------------
 
+@pytest.mark.slow
 @given(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "mcp.add", "fs", "A"])),
                 max_size=40))
 @settings(max_examples=300)

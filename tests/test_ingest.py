@@ -387,6 +387,7 @@ _ODD_LINES = st.sampled_from([
     '{"event":"mission_finished","steps":1e400}', '{"a":1,"a":2}'])
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(streams=st.lists(st.lists(
@@ -421,6 +422,7 @@ def test_a_tool_call_with_string_arguments_is_ingested(tmp_path: Path) -> None:
     assert [json.loads(r["descriptor"]) for r in listed] == ["c", 1e16]
 
 
+@pytest.mark.slow
 def test_a_script_without_a_main_guard_can_ingest_with_workers(tmp_path: Path) -> None:
     """Worker processes must not run the caller's script again: one calling ingest at its
     top level (no ``if __name__ == "__main__":``) once made each worker ingest in turn."""
@@ -471,6 +473,7 @@ class _DiesInAWorker:
         return []
 
 
+@pytest.mark.slow
 def test_a_worker_process_that_dies_fails_the_ingest(tmp_path: Path) -> None:
     """Run in a process of its own: under pytest-xdist this process has threads, and
     ``evalkit.parallel`` then (rightly) forks no workers at all."""
@@ -515,6 +518,7 @@ ingest(Path(sys.argv[1]), Path(sys.argv[2]), derive=Stall())
 """
 
 
+@pytest.mark.slow
 def test_what_an_ingest_killed_with_minus_nine_left_goes_with_the_next_ingest(
         tmp_path: Path) -> None:
     runs = tmp_path / "runs"

@@ -65,6 +65,7 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_part_imports_a_layer_above_it() -> None:
     wrong = []
     for part, forbidden in FORBIDDEN.items():
@@ -74,6 +75,7 @@ def test_no_part_imports_a_layer_above_it() -> None:
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_only_the_otel_commands_import_the_otel_package() -> None:
     importers = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
                        if "otel" in _imports(path) and path.parent.name != "otel")
@@ -140,6 +142,7 @@ def _command_module(name: str) -> str:
     return COMMANDS[name][0].partition(":")[0]
 
 
+@pytest.mark.slow
 def test_nothing_the_scoring_commands_or_the_public_api_reach_imports_an_extra() -> None:
     roots = ["evalkit", "evalkit.cli", *(_command_module(c) for c in SCORING_COMMANDS)]
     reached = _reach(roots)
@@ -150,6 +153,7 @@ def test_nothing_the_scoring_commands_or_the_public_api_reach_imports_an_extra()
                    for m in reached)
 
 
+@pytest.mark.slow
 def test_governance_for_any_framework_needs_no_extra() -> None:
     """The gate sidecar, its client, the checkpoint keys and the run views run on the base
     install: a framework governed by evalkit does not install evalkit's own agent stack."""
@@ -161,6 +165,7 @@ def test_governance_for_any_framework_needs_no_extra() -> None:
     assert not any(m.startswith(("evalkit.runtime", "evalkit.record")) for m in reached)
 
 
+@pytest.mark.slow
 def test_matplotlib_is_imported_only_to_draw_the_html_reports_charts() -> None:
     reached = _reach(["evalkit", "evalkit.cli", *(_command_module(c) for c in SCORING_COMMANDS)])
     assert sorted(m for m, outside in reached.items() if "matplotlib" in outside) == [CHARTS]
@@ -168,6 +173,7 @@ def test_matplotlib_is_imported_only_to_draw_the_html_reports_charts() -> None:
     assert CHARTS not in _reach(["evalkit", "evalkit.cli", *map(_command_module, others)])
 
 
+@pytest.mark.slow
 def test_the_reach_sees_imports_inside_functions_and_from_packages() -> None:
     reached = _reach(["evalkit.eval.runner"])
     assert "ray" in reached["evalkit.eval.runner"]  # imported inside a function
@@ -180,6 +186,7 @@ def test_every_command_named_as_needing_an_extra_exists() -> None:
     assert not commands & set(SCORING_COMMANDS)
 
 
+@pytest.mark.slow
 def test_each_extra_evalkit_checks_for_is_the_extra_pyproject_installs() -> None:
     tomllib = pytest.importorskip("tomllib")
     from importlib.metadata import PackageNotFoundError, packages_distributions, requires
@@ -274,6 +281,7 @@ def test_the_public_api_imports_with_no_extra_installed(lean) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_the_recorder_needs_the_base_install_and_openai_alone(lean, tmp_path: Path) -> None:
     code = ("import evalkit.record as r\n"
             f"with r.mission('x', runs={str(tmp_path)!r}) as m:\n"
@@ -304,6 +312,7 @@ AGENT = "needs the agent extra: pip install 'evalkit[agent]'"
 BUILTIN = f"the built-in runtime (no agent after --) {AGENT}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "said"), [
     pytest.param(["mission", "hello"], f"evalkit mission {AGENT}", id="mission"),
     pytest.param(["mission", "--help"], f"evalkit mission {AGENT}", id="mission --help"),
@@ -415,6 +424,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_modules_import_each_other_in_a_cycle() -> None:
     files = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph = {module: _loaded_with(path, set(files)) - {module} for module, path in files.items()}

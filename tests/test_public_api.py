@@ -90,6 +90,7 @@ def test_a_tampered_recording_is_still_caught(tmp_path):
                 if v.key == "chaining").checks != ["tampered"]
 
 
+@pytest.mark.slow
 def test_the_tables_as_data_frames_with_arrow_types(tmp_path):
     runs = runs_df(GOOD_RUNS)
     assert isinstance(runs, pd.DataFrame) and len(runs) == 24  # each mission's stream twice
@@ -164,6 +165,7 @@ def test_the_cli_command_calls_the_public_function(monkeypatch, tmp_path, name, 
     assert len(called) == 1
 
 
+@pytest.mark.slow
 def test_the_readme_s_examples_run(tmp_path):
     """The Python in README's "Using evalkit from Python", run as written (the dataset
     written to a temporary folder rather than /tmp)."""

@@ -50,6 +50,7 @@ def missions(runs: Path, *args: str) -> list[str]:
     return ["--evalkit-suite", str(STUB), "--evalkit-runs", str(runs), *args]
 
 
+@pytest.mark.slow
 def test_every_mission_of_the_good_recordings_is_an_item_that_passes(
         pytester: pytest.Pytester) -> None:
     result = run(pytester, *missions(GOOD), "-v")
@@ -57,6 +58,7 @@ def test_every_mission_of_the_good_recordings_is_an_item_that_passes(
     result.stdout.fnmatch_lines(["*evalkit[[]stub[]]::chaining PASSED*"])
 
 
+@pytest.mark.slow
 def test_a_failed_verdict_fails_its_item_with_the_reasons_and_checks(
         pytester: pytest.Pytester) -> None:
     result = run(pytester, *missions(BAD))
@@ -69,6 +71,7 @@ def test_a_failed_verdict_fails_its_item_with_the_reasons_and_checks(
     assert "Traceback" not in result.stdout.str() and "raise MissionFailed" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_k_and_markers_select_by_key_flag_and_half(pytester: pytest.Pytester) -> None:
     run(pytester, *missions(GOOD), "-k", "orientation").assert_outcomes(passed=1)
     run(pytester, *missions(GOOD), "-m", "test").assert_outcomes(passed=4)
@@ -79,6 +82,7 @@ def test_k_and_markers_select_by_key_flag_and_half(pytester: pytest.Pytester) ->
     run(pytester, *missions(GOOD), "--evalkit-split", "train").assert_outcomes(passed=8)
 
 
+@pytest.mark.slow
 def test_a_users_own_tests_run_beside_the_missions(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mine="def test_mine():\n    assert True\n")
     run(pytester, *missions(GOOD)).assert_outcomes(passed=13)
@@ -98,6 +102,7 @@ def test_bad_options_are_one_usage_error_and_no_traceback(
     assert "Traceback" not in result.stderr.str() + result.stdout.str()
 
 
+@pytest.mark.slow
 def test_without_its_options_the_plugin_adds_nothing(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_mine="def test_mine():\n    assert True\n")
     result = run(pytester, "--strict-markers", "-v")
@@ -113,6 +118,7 @@ def test_loading_the_plugin_imports_nothing_of_evalkit() -> None:
     assert out.strip() == "['evalkit', 'evalkit.pytest_plugin']"
 
 
+@pytest.mark.slow
 def test_the_fixture_scores_for_a_users_own_asserts(pytester: pytest.Pytester) -> None:
     (pytester.path / "suites").symlink_to(ROOT / "suites")
     (pytester.path / "recordings").symlink_to(ROOT / "recordings")

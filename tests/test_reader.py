@@ -104,6 +104,7 @@ def test_binary_and_invalid_utf8_do_not_raise(tmp_path):
     assert read.torn >= 1
 
 
+@pytest.mark.slow
 def test_a_fifty_megabyte_line_is_read_or_skipped_not_fatal(tmp_path):
     path = tmp_path / "events.jsonl"
     huge = json.dumps({"event": "tool_result", "output": "x" * (50 * 1024 * 1024)})
@@ -133,6 +134,7 @@ def test_nan_and_infinity_are_not_json(tmp_path):
     assert read.records == [] and read.torn == 2
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_any_text_parses_without_raising(text):
@@ -140,6 +142,7 @@ def test_any_text_parses_without_raising(text):
     assert len(read.records) + read.skipped == len(text.split("\n")) - (text.split("\n")[-1] == "")
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.dictionaries(st.sampled_from(["event", "seq", "record", "x"]),
                                 st.integers() | st.text(max_size=5), max_size=4), max_size=10))

@@ -129,6 +129,7 @@ secretish_text = st.lists(
 ).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(json_like)
 def test_redact_obj_never_raises_and_is_idempotent(obj: object) -> None:
@@ -144,6 +145,7 @@ def test_redact_is_idempotent(text: str) -> None:
     assert redact(once) == once
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(SECRETS), st.sampled_from(" \n,;()\"':")), max_size=6))
 def test_every_separated_secret_is_removed(parts: list[tuple[str, str]]) -> None:

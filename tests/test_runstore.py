@@ -143,6 +143,7 @@ def test_lock_is_released_on_close_and_blocks_within_a_process(tmp_path: Path) -
         writer.append({"event": "late"})
 
 
+@pytest.mark.slow
 def test_meta_is_replaced_atomically(tmp_path: Path) -> None:
     writer = RunStore(tmp_path).create({"objective": "o"})
     meta_path = writer.path / layout.META_FILE

@@ -307,6 +307,7 @@ def test_a_report_written_half_way_leaves_the_last_one_whole(suite_and_runs, tmp
     assert sorted(p.name for p in report.iterdir()) == ["report.json", "report.md"]
 
 
+@pytest.mark.slow
 def test_scoring_a_runs_folder_imports_nothing_heavy(suite_and_runs):
     """The ~80-run target counts interpreter start: Arrow, NumPy and DuckDB alone
     would take a third of it, and scoring JSONL needs none of them."""

@@ -86,6 +86,7 @@ def _shared(suite: Path, source: Path, split: str, workers: int) -> tuple[bytes,
     return joined(report.json_parts()), to_markdown(report.to_dict())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("split", ["all", "train", "test"])
 @pytest.mark.parametrize("source", ["dataset.parquet", "runs"])
@@ -108,6 +109,7 @@ def _edited(corpus: Path, tmp_path: Path, edit) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_missing_and_nested_runs_are_found_alike_from_a_dataset_and_a_folder(
         corpus: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -157,6 +159,7 @@ def test_missing_and_nested_runs_are_found_alike_from_a_dataset_and_a_folder(
         (v["key"], v["passed"], v["missing"], v["reasons"]) for v in from_runs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given", ["folder", "file"])
 def test_a_suite_without_a_name_is_named_alike_on_both_paths(corpus: Path, tmp_path: Path,
                                                              given: str) -> None:
@@ -173,6 +176,7 @@ def test_a_suite_without_a_name_is_named_alike_on_both_paths(corpus: Path, tmp_p
     assert json.loads(want[0])["suite"] == name
 
 
+@pytest.mark.slow
 def test_the_cli_writes_the_same_report_from_a_dataset_and_from_the_runs(
         corpus: Path, serial: Callable[[str, str], tuple[bytes, str]], tmp_path: Path) -> None:
     runner = CliRunner()
@@ -195,6 +199,7 @@ def test_the_cli_writes_the_same_report_from_a_dataset_and_from_the_runs(
         for v in from_runs["verdicts"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", [["--dataset", "dataset.parquet"], ["--runs", "runs"]])
 def test_nothing_to_score_is_one_sentence(corpus: Path, tmp_path: Path,
                                           source: list[str]) -> None:
@@ -225,6 +230,7 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**60, 2**60) | st
                      | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=12)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(head=st.dictionaries(st.sampled_from(["format", "suite", "halves"]), _JSON, max_size=3),
        verdicts=st.lists(st.dictionaries(st.text(max_size=4), _JSON, max_size=4), max_size=4),

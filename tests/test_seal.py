@@ -69,6 +69,7 @@ def lines(path: Path) -> list[bytes]:
     return path.read_bytes().splitlines(keepends=True)
 
 
+@pytest.mark.slow
 def test_a_fresh_run_is_sealed_whole_and_verifies(out: Path) -> None:
     assert (out / "manifest.json").is_file()
     for key in keys(out):
@@ -87,6 +88,7 @@ def test_a_fresh_run_is_sealed_whole_and_verifies(out: Path) -> None:
     assert report["verified"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["byte", "removed", "appended", "replaced"])
 def test_an_altered_stream_is_reported_and_scored_as_an_infrastructure_failure(
         out: Path, how: str) -> None:
@@ -124,6 +126,7 @@ def test_an_altered_stream_is_reported_and_scored_as_an_infrastructure_failure(
     assert scored.returncode == 1 and "TAMPERED" in scored.stdout
 
 
+@pytest.mark.slow
 def test_the_taxonomy_calls_a_tampered_run_an_infrastructure_error(out: Path) -> None:
     from evalkit.eval.taxonomy import categorize
 
@@ -134,6 +137,7 @@ def test_the_taxonomy_calls_a_tampered_run_an_infrastructure_error(out: Path) ->
     assert category == "infra" and detail.startswith("tampered: recording altered")
 
 
+@pytest.mark.slow
 def test_a_seal_re_signed_with_another_key_is_not_trusted(out: Path) -> None:
     victim = keys(out)[0]
     events = out / victim / "events.jsonl"
@@ -153,6 +157,7 @@ def test_a_seal_re_signed_with_another_key_is_not_trusted(out: Path) -> None:
     assert evalkit("verify", str(out), "--trust", str(pub)).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_removed_mission_seal_is_caught_by_the_folder_seal(out: Path) -> None:
     victim = keys(out)[0]
     (out / victim / "manifest.json").unlink()
@@ -162,6 +167,7 @@ def test_a_removed_mission_seal_is_caught_by_the_folder_seal(out: Path) -> None:
     assert verdicts(out)[victim]["passed"]
 
 
+@pytest.mark.slow
 def test_a_run_store_log_altered_is_named_by_file_and_line(out: Path) -> None:
     victim = keys(out)[0]
     run = next((out / victim / "runs").iterdir())
@@ -173,6 +179,7 @@ def test_a_run_store_log_altered_is_named_by_file_and_line(out: Path) -> None:
     assert done.returncode == 1 and "model.jsonl line 1 differs" in done.stdout
 
 
+@pytest.mark.slow
 def test_a_foreign_unsigned_stream_still_scores(out: Path, tmp_path: Path) -> None:
     foreign = tmp_path / "foreign"
     for key in keys(out):
@@ -190,6 +197,7 @@ def test_a_foreign_unsigned_stream_still_scores(out: Path, tmp_path: Path) -> No
     assert evalkit("verify", str(foreign), "--require-signed").returncode == 1
 
 
+@pytest.mark.slow
 def test_no_verify_scores_as_recorded_and_says_so(out: Path, tmp_path: Path) -> None:
     victim = keys(out)[0]
     (out / victim / "events.jsonl").write_bytes(lines(out / victim / "events.jsonl")[0])
@@ -203,6 +211,7 @@ def test_no_verify_scores_as_recorded_and_says_so(out: Path, tmp_path: Path) -> 
     assert "NOT checked against their seals (--no-verify)" in page.read_text()
 
 
+@pytest.mark.slow
 def test_scoring_from_a_dataset_keeps_the_verdict_of_a_tampered_run(out: Path) -> None:
     victim = keys(out)[0]
     events = out / victim / "events.jsonl"
@@ -216,6 +225,7 @@ def test_scoring_from_a_dataset_keeps_the_verdict_of_a_tampered_run(out: Path) -
     assert hit.checks == ["tampered"] and hit.reasons == verdicts(out)[victim]["reasons"]
 
 
+@pytest.mark.slow
 def test_worker_processes_check_seals_as_one_process_does(
         out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from evalkit.eval import score as scoring
@@ -231,6 +241,7 @@ def test_worker_processes_check_seals_as_one_process_does(
     assert shared.to_dict() == score(suite, runs=out, split="test", workers=1).to_dict()
 
 
+@pytest.mark.slow
 def test_a_sealed_run_altered_is_not_continued(out: Path) -> None:
     from evalkit.errors import EvalkitError
     from evalkit.store.runstore import RunWriter
@@ -259,6 +270,7 @@ def test_a_manifest_of_another_program_is_not_ours(tmp_path: Path) -> None:
     assert check.word == seal.UNSIGNED
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(manifest=st.one_of(

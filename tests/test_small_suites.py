@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from evalkit.eval.check import SMALL_SUITE, check_path
@@ -61,6 +62,7 @@ def test_what_makes_a_small_suite_ungradeable_is_still_refused(tmp_path):
     assert any("'prompt'" in p for p in result.problems)
 
 
+@pytest.mark.slow
 def test_check_run_and_score_a_one_mission_suite_from_the_command_line(tmp_path):
     suite = _suite(tmp_path / "s.yaml")
     checked = _evalkit("check", "--suite", str(suite), cwd=tmp_path)
@@ -79,6 +81,7 @@ def test_check_run_and_score_a_one_mission_suite_from_the_command_line(tmp_path)
     assert scored.returncode == 0 and "too small for a held-out half" in scored.stdout
 
 
+@pytest.mark.slow
 def test_measure_wants_a_held_out_half(tmp_path):
     suite = _suite(tmp_path / "s.yaml")
     measured = _evalkit("measure", "--suite", str(suite), "--out", str(tmp_path / "m"), "--",

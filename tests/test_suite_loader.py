@@ -276,6 +276,7 @@ def test_merge_keys_load_and_only_real_repeats_are_refused(tmp_path):
         "mission 'm3' field 'key' (line 5): is given more than once; keep one"]
 
 
+@pytest.mark.slow
 def test_a_large_json_suite_with_a_repeated_key_is_worded_as_a_small_one(tmp_path):
     """Above the fast path's size, orjson reads the suite; it would drop a repeat silently."""
     filler = [{"key": f"m{i}", "flag": "state", "prompt": "p" * 200, "must": ["x"]}
@@ -481,6 +482,7 @@ _HYPO = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @_HYPO
 @given(raw=st.binary(max_size=400), suffix=st.sampled_from([".yaml", ".json", ".txt"]))
 def test_arbitrary_bytes_load_or_refuse(tmp_path, raw, suffix):

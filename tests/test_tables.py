@@ -221,6 +221,7 @@ def test_random_streams_equal_summarize(tmp_path_factory: pytest.TempPathFactory
     _assert_equal(summaries_from_dataset(tables.ingest(runs, runs / "kept").out), want)
 
 
+@pytest.mark.slow
 def test_query_over_a_dataset_and_a_runs_folder(tmp_path: Path, capsys) -> None:
     runs = tmp_path / "runs"
     write_corpus(runs)

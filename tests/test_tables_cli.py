@@ -264,6 +264,7 @@ def test_sql_wants_exactly_one_statement(tmp_path):
     assert said.startswith("Error: 2 SQL statements given")
 
 
+@pytest.mark.slow
 def test_sql_answers_questions_but_reads_no_file_beyond_the_dataset(tmp_path):
     ds = _dataset(tmp_path)
     (tmp_path / "secret.csv").write_text("a\n1\n", encoding="utf-8")

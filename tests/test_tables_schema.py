@@ -53,6 +53,7 @@ def _polars(type: pa.DataType) -> pl.DataType:
             pa.float64(): pl.Float64, pa.bool_(): pl.Boolean}[type]
 
 
+@pytest.mark.slow
 def test_every_table_reads_with_its_declared_types_in_four_readers(good: Path) -> None:
     con = open_dataset(good)
     try:
@@ -145,6 +146,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
     return done.exit_code, done.stdout, done.stderr
 
 
+@pytest.mark.slow
 def test_named_queries_show_their_sql_and_answer(good: Path, tmp_path: Path) -> None:
     for query in QUERIES:
         code, out, _ = _cli("sql", "--query", query.name, "--show")
@@ -184,6 +186,7 @@ def test_bad_asks_are_one_sentence(good: Path) -> None:
         assert len(err.splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_schema_1_dataset_is_refused_until_ingest_rewrites_it(tmp_path: Path) -> None:
     folder = shutil.copytree(GOOD, tmp_path / "good")
     dataset = evalkit.ingest(folder).out

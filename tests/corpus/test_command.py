@@ -68,6 +68,7 @@ def test_an_unknown_suite_and_a_folder_that_is_not_a_corpus_are_refused(tmp_path
     assert sorted(p.name for p in busy.iterdir()) == ["thesis.tex"]
 
 
+@pytest.mark.slow
 def test_a_recording_that_fails_puts_the_previous_one_back(tmp_path: Path) -> None:
     suites = _copy_stub(tmp_path)
     missions = suites / "stub" / "missions.yaml"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from evalkit.gate.ledger import Ledger, LedgerError, action_digest
 from tests.gate._ledger_kit import POLICY, Clock, governed
 
@@ -128,6 +130,7 @@ def test_verify_certificates_of_a_file_that_is_not_a_run_is_refused(tmp_path: Pa
     assert "is not a run" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_bad_input_to_the_new_commands_is_one_sentence(tmp_path: Path) -> None:
     from tests._multiply import evalkit
 
@@ -166,6 +169,7 @@ _NEAR_MESSAGES = st.dictionaries(st.sampled_from(_FIELDS), _VALUES, max_size=6).
 _LINES = st.binary(max_size=64) | _NEAR_MESSAGES
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(_LINES)
 def test_parse_inbound_accepts_or_refuses_every_line_and_never_crashes(line: bytes) -> None:
@@ -197,6 +201,7 @@ def test_a_lone_surrogate_is_refused_so_every_reply_is_utf8(tmp_path: Path) -> N
         assert gate.ledger.get("k3") is None
 
 
+@pytest.mark.slow
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(_LINES, min_size=1, max_size=40))
 def test_the_live_gate_answers_every_fuzzed_line_and_keeps_serving(lines: list[bytes]
@@ -248,6 +253,7 @@ def test_cutting_the_chains_tail_to_roll_an_action_back_is_caught(tmp_path: Path
 # -- bounded work: requests in flight ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_requests_in_flight_are_bounded_and_the_rest_refused_at_once(tmp_path: Path) -> None:
     """Each waiting request holds a thread; a client sending requests without end (a held
     tool, the longest wait) would have the gate start threads until it could not, and a
@@ -273,6 +279,7 @@ def test_requests_in_flight_are_bounded_and_the_rest_refused_at_once(tmp_path: P
         assert gate.client.govern("add", {}, idempotency_key="after").phase == "completed"
 
 
+@pytest.mark.slow
 def test_a_governance_database_that_cannot_be_opened_is_one_sentence(tmp_path: Path) -> None:
     """``gate serve`` and ``gate approve`` open the database through ``db.connect``; a
     folder, a file that is not SQLite or a state folder that is a file gave
@@ -298,6 +305,7 @@ def test_a_governance_database_that_cannot_be_opened_is_one_sentence(tmp_path: P
 # -- certificates: a gate's run carries them under its seal ------------------------------------
 
 
+@pytest.mark.slow
 def test_a_gate_run_is_certified_at_close_and_its_seal_lists_the_certificates(tmp_path: Path
                                                                              ) -> None:
     """The sidecar's runs closed without certificates, so ``verify --certificates`` said

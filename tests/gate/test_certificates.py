@@ -308,6 +308,7 @@ def streams(draw: st.DrawFn) -> list[dict[str, Any]]:
     return [*records, finished()]
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams())
 def test_recompute_of_what_was_issued_always_holds(records: list[dict[str, Any]]) -> None:
@@ -316,6 +317,7 @@ def test_recompute_of_what_was_issued_always_holds(records: list[dict[str, Any]]
     assert check(certs, numbered, RUN) == []
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(), st.data())
 def test_a_changed_input_record_breaks_every_certificate_that_read_it(

@@ -166,6 +166,7 @@ def test_a_langgraph_agent_is_governed_call_by_call(tmp_path: Path) -> None:
     assert verified.returncode == 0 and "1 verified" in verified.stderr, verified.stderr
 
 
+@pytest.mark.slow
 def test_the_same_tool_call_sync_and_async_is_one_action(tmp_path: Path) -> None:
     import asyncio
 

@@ -10,6 +10,7 @@ import socket
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -140,4 +141,4 @@ class LedgerMachine(RuleBasedStateMachine):
 LedgerMachine.TestCase.settings = settings(
     max_examples=50, stateful_step_count=30, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
-test_ledger_state_machine = LedgerMachine.TestCase
+test_ledger_state_machine = pytest.mark.slow(LedgerMachine.TestCase)

@@ -66,6 +66,7 @@ def test_every_recorded_run_is_listed_with_its_suite_task_and_outcome() -> None:
         assert record.metadata["sealed"] is True
 
 
+@pytest.mark.slow
 def test_suite_outcome_filters_pick_exactly_the_matching_runs() -> None:
     analyst = list_runs(RECORDINGS, suite="analyst")
     assert analyst and {r.workflow_id for r in analyst} == {"analyst"}

@@ -130,6 +130,7 @@ def test_an_answer_with_another_requests_id_is_refused_as_mixed(tmp_path: Path) 
 # -- bounded waits -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_body_that_never_answers_is_outcome_unknown_and_never_runs_again(tmp_path: Path
                                                                          ) -> None:
     runs: list[int] = []
@@ -150,6 +151,7 @@ def test_a_body_that_never_answers_is_outcome_unknown_and_never_runs_again(tmp_p
     assert runs == [1]
 
 
+@pytest.mark.slow
 def test_a_resume_waits_no_longer_than_it_asked(tmp_path: Path) -> None:
     with Sidecar(tmp_path) as gate:
         held = gate.client.govern("send", {"to": "a"}, idempotency_key="wait")

@@ -173,6 +173,7 @@ def _runtime_sources() -> list[Path]:
     return sorted(Path(evalkit.runtime.__file__).parent.rglob("*.py"))
 
 
+@pytest.mark.slow
 def test_no_code_in_the_runtime_writes_the_approved_state() -> None:
     """Every "approved" literal under evalkit/runtime is only ever compared against."""
     sources = _runtime_sources()

@@ -77,6 +77,7 @@ def test_cancel_winds_the_run_up(governed: RunGoverned, pipe: Pipe) -> None:
     assert done.records[-1]["reason"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_cancel_arriving_mid_run_stops_at_the_next_check(governed: RunGoverned,
                                                          pipe: Pipe) -> None:
     def cancel(_record: dict[str, Any]) -> None:
@@ -158,6 +159,7 @@ def test_a_no_over_control_is_recorded_and_the_model_told(governed: RunGoverned,
     assert "bob refused" in done.model_calls[1]["request"]["messages"][-1]["content"]
 
 
+@pytest.mark.slow
 def test_an_approval_written_by_the_approvals_command_while_the_gate_waits(
         governed: RunGoverned, tmp_path: Path) -> None:
     from evalkit.runtime.governance import ApprovalStore
@@ -175,6 +177,7 @@ def test_an_approval_written_by_the_approvals_command_while_the_gate_waits(
     assert (record["state"], record["decided_by"]) == ("spent", "carol")
 
 
+@pytest.mark.slow
 def test_nothing_times_out_into_a_yes(governed: RunGoverned, pipe: Pipe) -> None:
     started = time.monotonic()
     done = governed([call("fs", **WRITE), answer("never")], profile="dev", servers=0,
@@ -186,6 +189,7 @@ def test_nothing_times_out_into_a_yes(governed: RunGoverned, pipe: Pipe) -> None
         "pending"
 
 
+@pytest.mark.slow
 def test_cancel_step_skips_the_rest_of_a_turn_but_not_the_running_tool(
         governed: RunGoverned, pipe: Pipe) -> None:
     def cancel_step(record: dict[str, Any]) -> None:
@@ -210,6 +214,7 @@ def test_cancel_step_skips_the_rest_of_a_turn_but_not_the_running_tool(
     assert done.outcome.outcome == "answered"
 
 
+@pytest.mark.slow
 def test_a_cancel_step_that_arrives_too_late_is_a_no_op_the_model_hears_of(
         governed: RunGoverned, pipe: Pipe) -> None:
     def late(_record: dict[str, Any]) -> None:
@@ -231,6 +236,7 @@ def test_a_control_source_that_cannot_be_opened_is_refused(tmp_path: Path) -> No
             ControlChannel.open(spec)
 
 
+@pytest.mark.slow
 def test_a_fifo_and_a_growing_file_are_followed(governed: RunGoverned, tmp_path: Path) -> None:
     fifo = tmp_path / "control.fifo"
     os.mkfifo(fifo)

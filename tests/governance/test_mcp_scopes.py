@@ -132,6 +132,7 @@ def test_the_stub_plane_reads_unless_it_changes_its_own_state(tmp_path: Path) ->
     assert scopes_of(hints_of(LOCKED["vault_read"].annotations)) == ("mcp.call",)
 
 
+@pytest.mark.slow
 def test_the_stub_suite_grants_a_write_only_to_the_missions_that_write() -> None:
     from evalkit.eval.suite import load_suite
     from evalkit.planes.stub.server import TOOLS

@@ -152,6 +152,7 @@ def test_evalkit_profile_and_grant_from_the_command_line(tmp_path: Path) -> None
         assert "mission_started" not in refused.stdout
 
 
+@pytest.mark.slow
 def test_mcp_tools_need_mcp_call_which_safe_holds(governed: RunGoverned) -> None:
     done = governed([call("mcp.echo", text="hello"), answer("hello")])
     assert done.results()[0]["ok"] and done.audit[0]["scopes"] == ["mcp.call"]

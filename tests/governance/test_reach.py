@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from evalkit.store.layout import runs_root
 from evalkit.store.state import state_home
 from tests.governance.conftest import (
@@ -60,6 +62,7 @@ def _mission(tmp_path: Path, name: str, steps: list, *flags: str) -> list[dict]:
     return read_jsonl(tmp_path.parent / f"{name}.jsonl")
 
 
+@pytest.mark.slow
 def test_fs_refuses_and_hides_state_put_inside_the_root(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
@@ -86,6 +89,7 @@ def test_fs_refuses_and_hides_state_put_inside_the_root(tmp_path: Path) -> None:
     assert json.loads(sealed.read_text().splitlines()[0])["record"]["event"] == "mission_started"
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_sandboxed_code_cannot_see_state_keys_or_descriptors_of_them(tmp_path: Path) -> None:
     root = tmp_path / "root"

@@ -144,6 +144,7 @@ def test_composition_first_is_primary_and_tools_union(tmp_path: Path) -> None:
 # -- on a live plane ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_closed_set_is_what_the_model_is_offered(governed: RunGoverned,
                                                      tmp_path: Path) -> None:
     manifest = load_manifest(skill(tmp_path, "analyst", GROUNDING, "Read assets before adding."))
@@ -160,6 +161,7 @@ def test_the_closed_set_is_what_the_model_is_offered(governed: RunGoverned,
     assert [t["name"] for t in tools_line["catalogue"]] == ["mcp.add", "mcp.read_asset"]
 
 
+@pytest.mark.slow
 def test_a_named_tool_the_plane_lacks_is_refused_listing_every_missing_name(
         tmp_path: Path) -> None:
     manifest = parse_manifest("---\nname: x\nallowed_tools: [fs, other.nope, frobnicate, "
@@ -185,6 +187,7 @@ def test_a_tool_a_running_server_registers_mid_run_is_admitted_when_it_appears(
     assert json.loads(done.results()[1]["output"])["value"] == "0193-BETA"
 
 
+@pytest.mark.slow
 def test_a_short_name_two_planes_offer_is_refused_asking_for_the_namespace(
         tmp_path: Path) -> None:
     manifest = parse_manifest("---\nname: x\nallowed_tools: [echo, mcp2.add]\n---\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from evalkit.eval.summary import summarize
 from evalkit.grounding import Grammar
 from tests.grounding.conftest import ASSET_IDS, RunGrounded, answer, call
@@ -76,6 +78,7 @@ def test_no_grammar_no_grounding_record(run_mission: RunGrounded) -> None:
     assert done.records[-1]["outcome"] == "answered"
 
 
+@pytest.mark.slow
 def test_max_repairs_bounds_the_repair_turns(run_mission: RunGrounded) -> None:
     bad = answer("Shipped 12,480 units.")
     none = run_mission([READ, bad], grammar=Grammar(number_pattern=r"\d[\d,]*", max_repairs=0))
@@ -95,6 +98,7 @@ def test_no_repair_turn_past_the_step_ceiling(run_mission: RunGrounded) -> None:
     assert done.records[-1]["outcome"] == "answered_with_caveat"
 
 
+@pytest.mark.slow
 def test_a_figure_laundered_through_a_code_tool_is_still_unsupported(
         run_mission: RunGrounded) -> None:
     done = run_mission([READ, answer("Shipped 12,480 units."),
@@ -107,6 +111,7 @@ def test_a_figure_laundered_through_a_code_tool_is_still_unsupported(
     assert done.records[-1]["outcome"] == "answered_with_caveat"
 
 
+@pytest.mark.slow
 def test_a_quoted_timestamp_grounds_nothing_and_claims_nothing(run_mission: RunGrounded) -> None:
     grammar = Grammar(number_pattern=r"\d[\d,]*", max_repairs=0)
     view = call("mcp.view_run", run_id="run.a1b2c3")

@@ -142,6 +142,7 @@ def test_what_the_agent_prints_is_on_disk_scrubbed_while_it_still_runs(tmp_path:
                                    b"bytes kept as they came: \xff\xfe\n")
 
 
+@pytest.mark.slow
 def test_a_process_left_behind_holding_the_pipes_does_not_hold_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os

@@ -31,6 +31,7 @@ def test_an_unknown_option_is_a_usage_error_not_the_agent(suite: Path, tmp_path:
         assert "Did you mean '--allow-failures'?" in result.output
 
 
+@pytest.mark.slow
 def test_the_agent_after_double_dash_keeps_its_own_options(suite: Path, tmp_path: Path) -> None:
     result = invoke("run", "--suite", suite, "--out", tmp_path / "out", "--quiet", "--",
                     *SICK[:2], "import sys; sys.exit(sys.argv[1])", "--its-own-flag")
@@ -38,6 +39,7 @@ def test_the_agent_after_double_dash_keeps_its_own_options(suite: Path, tmp_path
     assert result.exit_code == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["run", "measure"])
 def test_every_try_an_infrastructure_failure_exits_1_saying_why(suite: Path, tmp_path: Path,
                                                                 command: str) -> None:
@@ -63,6 +65,7 @@ for record in ({"event": "mission_started", "schema_version": 1, "objective": sy
 """
 
 
+@pytest.mark.slow
 def test_a_run_whose_agent_was_reached_is_not_called_infrastructure(suite: Path,
                                                                     tmp_path: Path) -> None:
     result = invoke("run", "--suite", suite, "--out", tmp_path / "out", "--quiet",

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +43,7 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
              "EVALKIT_HOME": str(tmp_path / "state")})
 
 
+@pytest.mark.slow
 def test_each_mission_is_said_pass_fail_or_infra_with_its_first_reason(tmp_path):
     result = _run(tmp_path, "--suite", str(_suite(tmp_path / "s.yaml")), "--out",
                   str(tmp_path / "out"))
@@ -58,6 +60,7 @@ def test_each_mission_is_said_pass_fail_or_infra_with_its_first_reason(tmp_path)
     assert "\x1b[" not in result.stderr  # no colour codes when not a terminal
 
 
+@pytest.mark.slow
 def test_the_same_command_runs_twice_with_overwrite(tmp_path):
     suite = _suite(tmp_path / "s.yaml")
     out = tmp_path / "out"
@@ -72,6 +75,7 @@ def test_the_same_command_runs_twice_with_overwrite(tmp_path):
     assert not list(tmp_path.glob(".out.replaced-*"))
 
 
+@pytest.mark.slow
 def test_overwrite_refuses_a_folder_evalkit_did_not_write(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()

@@ -159,6 +159,7 @@ def test_any_rep_is_rederived_offline_by_score_and_the_matrix_by_rescore(
                    checked.output.splitlines()), checked.output
 
 
+@pytest.mark.slow
 def test_a_one_mission_difference_at_repeat_1_is_no_detectable_difference(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = {"direct": {f"t{i}": [T] for i in range(5)} | {f"h{i}": [T] for i in range(3)},
@@ -177,6 +178,7 @@ def test_a_one_mission_difference_at_repeat_1_is_no_detectable_difference(
     assert cell["bootstrap"] is None and cell["pass_at_k"] == {"1": 0.8}
 
 
+@pytest.mark.slow
 def test_rows_the_agent_or_the_manifest_cannot_honour_are_skipped_with_the_reason(
         tmp_path: Path) -> None:
     out = tmp_path / "m"
@@ -214,6 +216,7 @@ Body text stays as written.
 """
 
 
+@pytest.mark.slow
 def test_grounding_rows_write_a_manifest_variant_and_repoint_skill(tmp_path: Path) -> None:
     (tmp_path / "SKILL.md").write_text(MANIFEST)
     suite = foreign_suite(tmp_path / "s.yaml", skill="SKILL.md")

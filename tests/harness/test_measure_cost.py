@@ -13,6 +13,7 @@ from tests.harness.conftest import invoke, read_json
 STUB = Path(__file__).resolve().parents[2] / "suites" / "stub"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("shared_fork_server")
 def test_measure_reports_cost_per_row_with_an_interval_and_the_paired_delta(
         tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import io
 import os
 import threading
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def _cut(data: bytes, cuts: list[int]) -> list[bytes]:
     return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), max_size=40), st.lists(st.integers(0, 10**6)))
 def test_scrubbed_a_line_at_a_time_is_what_the_whole_text_scrubbed_gives(

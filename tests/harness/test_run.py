@@ -15,6 +15,7 @@ from tests.harness.conftest import FOREIGN, STUB_SUITE, foreign_suite, invoke, r
 LAYOUT = {"events.jsonl", "runs", "stdout.txt", "stderr.txt", "command.json"}
 
 
+@pytest.mark.slow
 def test_a_foreign_agent_is_spawned_once_per_mission_with_objective_events_and_runs_root(
         suite: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -49,6 +50,7 @@ def test_a_foreign_agent_is_spawned_once_per_mission_with_objective_events_and_r
     assert {"commit", "date", "jobs", "timeout", "split", "suite_path"} <= set(run)
 
 
+@pytest.mark.slow
 def test_the_objective_and_runs_root_go_where_the_spawn_line_puts_them(
         suite: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -65,6 +67,7 @@ def test_the_objective_and_runs_root_go_where_the_spawn_line_puts_them(
     assert list(read_json(out / "report.json")["halves"]) == ["test"]
 
 
+@pytest.mark.slow
 def test_command_json_and_provenance_withhold_credentials(
         suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_TEST_TOKEN", "tok-very-secret-value")
@@ -88,6 +91,7 @@ def test_command_json_and_provenance_withhold_credentials(
     assert said["argv"][said["argv"].index("--mcp-url") + 1].startswith("https://")
 
 
+@pytest.mark.slow
 def test_a_declared_secret_is_withheld_from_the_capture_of_a_foreign_agent(
         suite: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No shape, no credential name: only ``--secret`` says the value is one."""
@@ -102,6 +106,7 @@ def test_a_declared_secret_is_withheld_from_the_capture_of_a_foreign_agent(
     assert "[REDACTED]" in (out / "h0" / "stdout.txt").read_text()
 
 
+@pytest.mark.slow
 def test_a_hanging_agent_is_killed_at_the_timeout_with_its_process_group(
         tmp_path: Path) -> None:
     suite = foreign_suite(tmp_path / "hang.yaml", flags={"h0": ["--hang"]})
@@ -128,6 +133,7 @@ def test_a_hanging_agent_is_killed_at_the_timeout_with_its_process_group(
     assert "time.sleep(120)" not in ps
 
 
+@pytest.mark.slow
 def test_jobs_4_gives_the_same_report_bytes_as_jobs_1(suite: Path, tmp_path: Path) -> None:
     reports = []
     for jobs in ("1", "4"):
@@ -139,6 +145,7 @@ def test_jobs_4_gives_the_same_report_bytes_as_jobs_1(suite: Path, tmp_path: Pat
     assert reports[0] == reports[1]
 
 
+@pytest.mark.slow
 def test_every_infra_error_is_told_apart_from_a_failure(tmp_path: Path) -> None:
     suite = foreign_suite(tmp_path / "mixed.yaml",
                           flags={"t1": ["--silent"], "t2": ["--endpoint-down"]})
@@ -221,6 +228,7 @@ def test_a_folder_that_already_holds_runs_is_refused(suite: Path, tmp_path: Path
     assert result.exit_code == 2 and "not empty" in result.stderr
 
 
+@pytest.mark.slow
 def test_fixtures_are_staged_into_each_mission_folder(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "table.csv").write_text("a,b\n1,2\n")

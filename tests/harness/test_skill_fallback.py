@@ -27,6 +27,7 @@ def scripted_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return foreign_suite(tmp_path / "s.yaml", agents="agents", skill="SKILL.md")
 
 
+@pytest.mark.slow
 def test_run_drops_a_refused_skill_and_says_so(scripted_suite: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = invoke("run", "--suite", scripted_suite, "--out", out, "--jobs", "3")
@@ -40,6 +41,7 @@ def test_run_drops_a_refused_skill_and_says_so(scripted_suite: Path, tmp_path: P
     assert {v["category"] for v in read_json(out / "report.json")["verdicts"]} == {"pass"}
 
 
+@pytest.mark.slow
 def test_measure_runs_stripping_rows_without_the_manifest_and_skips_grounding_rows(
         scripted_suite: Path, tmp_path: Path) -> None:
     out = tmp_path / "m"

@@ -91,6 +91,7 @@ def test_an_older_matrix_saying_no_detectable_difference_is_shown_suggestive() -
     _one_sentence(text)
 
 
+@pytest.mark.slow
 def test_the_html_report_says_suggestive_and_why_beside_the_paired_table(tmp_path) -> None:
     suite = make_suite(tmp_path / "suite.yaml", train=8, test=3)
     folder = measure_folder(tmp_path / "m", suite, {

@@ -254,6 +254,7 @@ def test_cohen_s_kappa_against_a_hand_computed_value():
     assert cohen_kappa([("pass", "fail"), ("fail", "pass")]) == -1.0
 
 
+@pytest.mark.slow
 def test_score_reaches_neither_the_judge_s_caller_nor_the_runtime():
     from tests.test_layering import _command_module, _reach
 
@@ -262,6 +263,7 @@ def test_score_reaches_neither_the_judge_s_caller_nor_the_runtime():
     assert [m for m in reached if m.startswith(("evalkit.judge", "evalkit.runtime"))] == []
 
 
+@pytest.mark.slow
 def test_the_html_report_shows_the_judge_beside_the_machine_checks_and_other_judges(tmp_path):
     suite, runs = lab(tmp_path)
     judged(suite, runs)

@@ -32,6 +32,7 @@ def evalkit(*args: object, site: Path | None = None, **env: str) -> subprocess.C
                           env={**clean, "PYTHONPATH": path, **env})
 
 
+@pytest.mark.slow
 def test_a_model_judge_is_asked_once_and_score_replays_it_with_no_network(
         llmock: Any, tmp_path: Path) -> None:
     suite, runs = lab(tmp_path / "lab", judge={"model": "judge-m", "api_key_env": "LAB_JUDGE"})

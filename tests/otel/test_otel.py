@@ -72,6 +72,7 @@ def traced_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return trace
 
 
+@pytest.mark.slow
 def test_spans_of_the_official_openai_instrumentation_import_and_score(tmp_path, monkeypatch):
     trace = traced_agent(tmp_path, monkeypatch)
     runs, suite = tmp_path / "runs", tmp_path / "suite.yaml"
@@ -111,6 +112,7 @@ def test_spans_of_the_official_openai_instrumentation_import_and_score(tmp_path,
 LOST_REASONS = ("reached for", "replies could not be read")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("corpus", ["good", "bad"])
 def test_a_round_trip_keeps_every_verdict(tmp_path, corpus):
     source = ROOT / "recordings" / "stub" / corpus
@@ -185,6 +187,7 @@ def otlp(*spans: dict[str, Any]) -> str:
     return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]})
 
 
+@pytest.mark.slow
 def test_a_trace_without_an_answer_is_incomplete_and_says_so(tmp_path):
     trace = tmp_path / "t.json"
     trace.write_text(otlp(
@@ -229,6 +232,7 @@ def event(name: str, body: dict[str, Any]) -> dict[str, Any]:
         {"key": "body", "value": {"stringValue": json.dumps(body)}}]}
 
 
+@pytest.mark.slow
 def test_messages_in_span_events_and_a_failing_tool_span_import(tmp_path):
     """The older conventions put messages in span events; a tool span with an error status
     is a failing result; a key planted in a span attribute is redacted on the way in."""
@@ -268,6 +272,7 @@ def test_messages_in_span_events_and_a_failing_tool_span_import(tmp_path):
     assert stream[2]["arguments"] == {"token": "[REDACTED]"}
 
 
+@pytest.mark.slow
 def test_key_names_one_run_only_and_export_never_overwrites(tmp_path):
     two = tmp_path / "two.json"
     a = span("invoke_agent", {"gen_ai.operation.name": "invoke_agent"}, "01" * 8)

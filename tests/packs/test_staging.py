@@ -121,6 +121,7 @@ def test_the_loader_type_checks_the_new_keys(tmp_path: Path) -> None:
     assert load_suite(good).extras["fixture_for"] == {"a": "x"}
 
 
+@pytest.mark.slow
 def test_each_mission_runs_in_its_own_staged_repository(tmp_path: Path) -> None:
     path = _suite(tmp_path, fixtures=str(CODING_FIXTURES),
                   fixture_for={"m0": "textkit", "m1": "ledger"})
@@ -148,6 +149,7 @@ def _served_suite(tmp_path: Path, port: int, **top: object) -> Path:
     return _suite(tmp_path, fixtures=str(PAGES), serve="pages", serve_port=port, **top)
 
 
+@pytest.mark.slow
 def test_the_pages_server_runs_for_the_block_and_stops_after(tmp_path: Path) -> None:
     port = free_port()
     suite = load_suite(_served_suite(tmp_path, port))
@@ -189,6 +191,7 @@ def test_serve_refusals(tmp_path: Path) -> None:
             staging.serve_spec(load_suite(_suite(tmp_path, **top)))
 
 
+@pytest.mark.slow
 def test_every_agent_of_a_served_run_reads_the_pages_and_only_that_host(tmp_path: Path) -> None:
     port = free_port()
     out = tmp_path / "out"

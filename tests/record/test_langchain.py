@@ -131,6 +131,7 @@ def ask(chat: Any, *, asynchronous: bool, stream: bool) -> Any:
     return model.invoke(messages, config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("asynchronous", "stream"), [(False, False), (True, False),
                                                       (False, True)],
                          ids=["sync", "async", "streamed"])

@@ -62,6 +62,7 @@ def test_a_tool_run_on_another_thread_lands_in_the_open_mission(tmp_path: Path) 
     assert [(r["tool"], r["output"]) for r in results] == [("threaded.echo", "hello")]
 
 
+@pytest.mark.slow
 def test_a_stream_the_wire_cuts_is_recorded_as_a_transport_fault(llmock: Any,
                                                                   tmp_path: Path) -> None:
     openai = pytest.importorskip("openai")

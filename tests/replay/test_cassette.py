@@ -32,6 +32,7 @@ def _mission(lab: Lab, base_url: str, cassette: Path, *, stream: bool,
         record_mode=record_mode))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
 def test_a_cassette_recorded_against_the_server_replays_with_it_stopped(
         lab: Lab, stream: bool) -> None:
@@ -52,6 +53,7 @@ def test_a_cassette_recorded_against_the_server_replays_with_it_stopped(
     assert cassette.read_text(encoding="utf-8") == text  # playing back writes nothing
 
 
+@pytest.mark.slow
 def test_mode_none_fails_loudly_on_an_unrecorded_request(lab: Lab) -> None:
     cassette = lab.root / "chat.yaml"
     with ChatServer() as server:

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from evalkit.cli import main
@@ -44,6 +45,7 @@ def test_live_model_flags_without_a_fork_are_refused(lab: Lab) -> None:
     assert result.exit_code == 2 and "no such run: run_missing" in result.output
 
 
+@pytest.mark.slow
 def test_mission_replay_and_tools_flags(lab: Lab) -> None:
     original = lab.record([call("mcp.echo", text="hi"), answer("hi")])
     run_id = original.launched.outcome.run_id
@@ -81,6 +83,7 @@ def _recorded_copy(lab: Lab, name: str):
     return Path(shutil.copytree(original.run_dir, lab.root / name))
 
 
+@pytest.mark.slow
 def test_a_recording_file_that_is_a_folder_or_a_fifo_is_one_sentence(lab: Lab) -> None:
     """A FIFO waited for a writer for ever; a folder was an IsADirectoryError, exit 3."""
     folder, fifo = _recorded_copy(lab, "folder"), _recorded_copy(lab, "fifo")

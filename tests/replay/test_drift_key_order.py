@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.replay.conftest import Lab, without_ids
 
 #: Arguments as a model might write them: keys not in sorted order, in text and as a mapping.
@@ -22,6 +24,7 @@ def test_a_native_recording_with_unsorted_arguments_replays_without_drift(lab: L
     assert without_ids(replayed.records) == without_ids(original.records)
 
 
+@pytest.mark.slow
 def test_a_changed_argument_value_is_still_drift(lab: Lab) -> None:
     """Meaning is compared, not ignored: a different value is a different call."""
     original = lab.record(UNSORTED, protocol="native")

@@ -51,6 +51,7 @@ def _record_over_http(lab: Lab) -> tuple[str, Path]:
     return str(done.launched.outcome.run_id), done.run_dir
 
 
+@pytest.mark.slow
 def test_replay_runs_with_the_endpoint_gone_and_sockets_blocked(lab: Lab) -> None:
     run_id, run_dir = _record_over_http(lab)
     before = digest(run_dir)
@@ -73,6 +74,7 @@ def test_replay_runs_with_the_endpoint_gone_and_sockets_blocked(lab: Lab) -> Non
     assert digest(run_dir) == before
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare is missing")
 def test_replay_runs_inside_a_network_namespace_with_no_interfaces(lab: Lab) -> None:
     probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True)

@@ -142,6 +142,7 @@ def test_regrade_replays_every_run_into_the_same_layout_with_two_jobs(lab: Lab, 
     assert "regraded 4 of 4 run(s)" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_stricter_grammar_flips_an_answered_run_and_score_shows_it(lab: Lab, folder: Path) -> None:
     source = folder
     skill = lab.root / "STRICT.md"
@@ -182,6 +183,7 @@ def test_two_worker_processes_regrade_as_one_process_does(lab: Lab, folder: Path
         [{k: r[k] for k in keep} for r in two["runs"]]
 
 
+@pytest.mark.slow
 def test_runs_that_ran_off_the_end_or_could_not_be_replayed_are_listed(lab: Lab, folder: Path) -> None:
     source = folder
     [cut] = find_runs(source / "sum-1")
@@ -199,6 +201,7 @@ def test_runs_that_ran_off_the_end_or_could_not_be_replayed_are_listed(lab: Lab,
     assert "failed       echo-1/runs/" in result.stdout and "no mission_started" in result.stdout
 
 
+@pytest.mark.slow
 def test_regrade_refuses_what_it_cannot_do(lab: Lab, folder: Path) -> None:
     source = folder
     with pytest.raises(EvalkitError, match="lies inside"):
@@ -224,6 +227,7 @@ def test_destination_mirrors_the_relative_place() -> None:
     assert destination(out, Path("k")) == Path("/o/k")
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_on_the_report_leaves_no_half_report_and_keeps_the_replays(
         lab: Lab, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = lab.root / "full"
@@ -235,6 +239,7 @@ def test_a_disk_that_fills_on_the_report_leaves_no_half_report_and_keeps_the_rep
     assert len(find_runs(out)) == len(find_runs(folder))  # what was replayed stays
 
 
+@pytest.mark.slow
 def test_a_run_whose_meta_is_a_fifo_fails_its_row_and_out_may_not_be_a_file(
         lab: Lab, folder: Path) -> None:
     """A FIFO where meta.json would be waited for a writer for ever (regrade hung); an

@@ -36,6 +36,7 @@ NATIVE_SCRIPT = [
 ]
 
 
+@pytest.mark.slow
 def test_a_replay_gives_the_recorded_stream_back_record_for_record(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     replayed = lab.replay(original.launched.outcome.run_id)
@@ -68,6 +69,7 @@ def test_the_native_protocol_replays_with_parallel_calls_and_echoed_extras(lab: 
     assert echoed["signature"] == "kept"
 
 
+@pytest.mark.slow
 def test_the_recording_is_never_written_to(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     before = digest(original.run_dir)
@@ -76,6 +78,7 @@ def test_the_recording_is_never_written_to(lab: Lab) -> None:
     assert digest(original.run_dir) == before
 
 
+@pytest.mark.slow
 def test_a_replay_of_a_replay_works(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     first = lab.replay(original.launched.outcome.run_id)
@@ -85,6 +88,7 @@ def test_a_replay_of_a_replay_works(lab: Lab) -> None:
     assert second.meta["drift"]["first"] is None
 
 
+@pytest.mark.slow
 def test_no_model_and_no_tool_plane_are_built(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
     original = lab.record(JSON_SCRIPT)
 
@@ -98,6 +102,7 @@ def test_no_model_and_no_tool_plane_are_built(lab: Lab, monkeypatch: pytest.Monk
     assert without_ids(replayed.records) == without_ids(original.records)
 
 
+@pytest.mark.slow
 def test_a_changed_objective_is_drift_and_still_replays(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     replayed = lab.replay(original.launched.outcome.run_id, objective="add 2 and 4")
@@ -108,6 +113,7 @@ def test_a_changed_objective_is_drift_and_still_replays(lab: Lab) -> None:
     assert replayed.records[0]["objective"] == "add 2 and 4"
 
 
+@pytest.mark.slow
 def test_a_changed_system_prompt_is_drift_at_call_1(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     skill = lab.root / "SKILL.md"
@@ -132,6 +138,7 @@ def test_a_run_that_outgrows_its_recording_ends_incomplete_naming_the_call(lab: 
     assert replayed.meta["drift"] == {"first": None, "calls": 4, "served": 3, "recorded": 3}
 
 
+@pytest.mark.slow
 def test_live_tools_dispatch_against_the_recorded_plane(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     replayed = lab.replay(original.launched.outcome.run_id, tools="live")
@@ -280,6 +287,7 @@ def test_a_recorded_repair_turn_is_served_and_grounding_reruns(lab: Lab) -> None
     assert relaxed.meta["drift"] == {"first": None, "calls": 2, "served": 2, "recorded": 3}
 
 
+@pytest.mark.slow
 def test_a_gated_run_replays_to_its_gate_without_waiting_or_asking_anyone(lab: Lab) -> None:
     approvals = lab.root / "approvals"
     original = lab.launch(MissionSettings(

@@ -37,6 +37,7 @@ def _unfinished(lab: Lab) -> Done:
     return done
 
 
+@pytest.mark.slow
 def test_an_incomplete_run_is_continued_in_place(lab: Lab) -> None:
     first = _unfinished(lab)
     run_id = first.launched.outcome.run_id
@@ -71,6 +72,7 @@ def test_an_incomplete_run_is_continued_in_place(lab: Lab) -> None:
     assert summarize(records).problems == ()
 
 
+@pytest.mark.slow
 def test_the_step_ceiling_counts_the_whole_run(lab: Lab) -> None:
     first = _unfinished(lab)
     resumed = _resume(lab, first.launched.outcome.run_id,
@@ -80,6 +82,7 @@ def test_the_step_ceiling_counts_the_whole_run(lab: Lab) -> None:
     assert finished["budget"] == {"which": "steps", "limit": 4, "spent": 4}
 
 
+@pytest.mark.slow
 def test_a_resume_that_ends_before_its_first_step_is_still_in_order(lab: Lab) -> None:
     """Its only record is its own mission_finished, right after the first stretch's."""
     first = _unfinished(lab)
@@ -113,6 +116,7 @@ def test_a_caveated_answer_is_a_conclusion_too(lab: Lab) -> None:
         _resume(lab, done.launched.outcome.run_id, [answer("again")])
 
 
+@pytest.mark.slow
 def test_a_live_run_and_a_different_objective_are_refused(lab: Lab) -> None:
     first = _unfinished(lab)
     run_id = first.launched.outcome.run_id

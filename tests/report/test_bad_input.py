@@ -99,6 +99,7 @@ def _copy(folder: Path, where: Path) -> Path:
 # -- 1. the HTML is never written over a file evalkit did not write ------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["A/t0/events.jsonl", "A/report.json", "A/report.md"])
 def test_report_refuses_to_write_its_html_over_a_recorded_or_read_file(scored, tmp_path, target):
     a = _copy(scored["A"], tmp_path / "A")
@@ -110,6 +111,7 @@ def test_report_refuses_to_write_its_html_over_a_recorded_or_read_file(scored, t
     assert sorted(p.name for p in victim.parent.iterdir() if p.name.startswith(".")) == []
 
 
+@pytest.mark.slow
 def test_diff_refuses_to_write_its_html_over_the_report_it_read(scored, tmp_path):
     a, b = _copy(scored["A"], tmp_path / "A"), _copy(scored["B"], tmp_path / "B")
     before = (b / "report.json").read_bytes()
@@ -136,6 +138,7 @@ def test_a_folder_as_the_html_target_is_refused_and_left_alone(scored, tmp_path)
     assert [p.name for p in folder.iterdir()] == ["keep.txt"]
 
 
+@pytest.mark.slow
 def test_evalkits_own_html_is_written_over_again_by_report_and_by_diff(scored, tmp_path):
     page = tmp_path / "page.html"
     for _ in range(2):  # the normal re-run: last time's report is replaced quietly
@@ -359,6 +362,7 @@ def test_any_json_as_report_json_gives_exit_0_or_2_never_a_crash(scored, data):
                 refused(result)
 
 
+@pytest.mark.slow
 def test_a_run_json_nested_hundreds_deep_still_renders(folders, tmp_path):
     """Provenance is spelled out a few levels deep, then "…": a damaged run.json
     nested 900 deep (still JSON Python reads) rendered into exit 3, RecursionError."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from evalkit.eval.suite import load_suite
 from evalkit.report import folders, html
 from evalkit.report.kpis import halves
@@ -39,6 +41,7 @@ def _measure(folder: Path, suite_path: Path, repeat: int = 2) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_rows_carry_a_cost_interval_and_a_dearer_better_row_says_both(tmp_path: Path) -> None:
     suite_path = make_suite(tmp_path / "suite.yaml", train=8, test=3)
     folder = _measure(tmp_path / "m", suite_path)

@@ -115,6 +115,7 @@ def test_a_regrade_diffed_against_its_recording_lists_each_flip_with_its_checks(
     assert diff.exit_code("any") == 1
 
 
+@pytest.mark.slow
 def test_the_cli_diff_scores_a_bare_folder_with_suite_and_sets_the_exit_code(
         folders, regrade, tmp_path):
     args = ("diff", folders["run"], regrade, "--suite", folders["suite"])

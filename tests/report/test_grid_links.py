@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+import pytest
+
 from evalkit.report import folders as folder_reader
 from evalkit.report.html import report_html
 from tests.report._folders import make_suite, measure_folder
@@ -77,6 +79,7 @@ def _native(key: str, rep: int) -> str | None:
     return None if key == "h2" and rep == 3 else "pass"
 
 
+@pytest.mark.slow
 def test_every_grid_cell_links_to_each_repeat_of_its_own_mission_and_row(tmp_path):
     suite = make_suite(tmp_path / "suite.yaml")
     folder = measure_folder(tmp_path / "m", suite, {
@@ -112,6 +115,7 @@ def test_every_grid_cell_links_to_each_repeat_of_its_own_mission_and_row(tmp_pat
     assert h2[3][-1]["class"] == "rep missing"
 
 
+@pytest.mark.slow
 def test_a_row_name_with_markup_is_text_in_the_grid(tmp_path):
     name = 'x"><img src=y onerror=alert(1)>'
     suite = make_suite(tmp_path / "suite.yaml")

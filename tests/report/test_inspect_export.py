@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDINGS = ROOT / "recordings" / "stub"
 
 
+@pytest.mark.slow
 def test_one_log_per_suite_run_with_samples_messages_tool_calls_and_scores(
         tmp_path: Path) -> None:
     out = tmp_path / "logs"
@@ -52,6 +53,7 @@ def test_one_log_per_suite_run_with_samples_messages_tool_calls_and_scores(
     assert chaining.messages[-1].text == chaining.output.completion
 
 
+@pytest.mark.slow
 def test_model_usage_is_the_runs_recorded_tokens(folders: dict, tmp_path: Path) -> None:
     out = tmp_path / "logs"
     result = invoke("export", "inspect", folders["measure"], "--out", out)

@@ -98,6 +98,7 @@ def test_a_missing_run_is_skipped_and_a_tampered_one_an_error(
     assert (train.tests, train.skipped, train.errors) == (8, 1, 1)
 
 
+@pytest.mark.slow
 def test_run_writes_infrastructure_failures_as_errors(
         tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
     suite = foreign_suite(tmp_path / "sums.yaml",

@@ -54,6 +54,7 @@ class Page(HTMLParser):
         return " ".join(" ".join(self.text).split())
 
 
+@pytest.mark.slow
 def test_a_run_folder_report_has_provenance_kpis_per_half_charts_reasons_and_rubric(
         folders, tmp_path):
     out = tmp_path / "r.html"
@@ -101,6 +102,7 @@ def _rounded(pair):
     return (round(pair[0], 4), round(pair[1], 4))
 
 
+@pytest.mark.slow
 def test_a_measure_report_shows_rows_pairs_from_matrix_json_and_flaky_cells(folders):
     scoring = folder_reader.load(folders["measure"])
     text = report_html(scoring)
@@ -162,6 +164,7 @@ def test_the_same_folder_gives_the_same_bytes_across_processes(folders, tmp_path
     assert b"<dc:date>" not in outs[0]
 
 
+@pytest.mark.slow
 def test_the_page_is_self_contained(folders):
     text = report_html(folder_reader.load(folders["measure"]))
     page = Page(text)
@@ -187,6 +190,7 @@ def test_user_text_is_escaped_and_never_parsed_as_markup_or_mathtext(tmp_path):
     assert "t0-$x$" in text
 
 
+@pytest.mark.slow
 def test_a_bare_runs_folder_needs_the_suite_and_a_newer_format_is_refused(folders, tmp_path):
     suite = load_suite(folders["suite"])
     runs = write_runs(tmp_path / "runs", suite, lambda key: "pass")
@@ -220,6 +224,7 @@ def test_a_regraded_measure_layout_is_scored_row_by_row(folders, tmp_path):
     assert train.paired[0].verdict == "no detectable difference"
 
 
+@pytest.mark.slow
 def test_the_default_output_is_beside_the_report_and_charts_import_lazily(folders, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(folders["run"], copy)

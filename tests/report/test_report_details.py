@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from evalkit.eval.suite import load_suite
@@ -33,6 +34,7 @@ def test_no_usage_means_no_quality_cost_chart_and_a_line_saying_why(tmp_path):
         Page(html).text
 
 
+@pytest.mark.slow
 def test_a_run_names_its_provider_and_model_and_both_wall_times(tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text(yaml.safe_dump({"name": "one", "tools": ["mcp.add"], "missions": [

@@ -11,6 +11,8 @@ import json
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
+
 from evalkit.eval.suite import load_suite
 from evalkit.report import folders as folder_reader
 from evalkit.report import transcript as transcript_mod
@@ -156,6 +158,7 @@ def test_a_long_stream_and_a_long_output_are_cut_with_a_count(tmp_path, monkeypa
     assert "5,014 bytes" in text
 
 
+@pytest.mark.slow
 def test_a_large_measure_stays_within_its_budget(tmp_path):
     """6 rows x 3 repeats x 50 missions, each run with a 6 KB tool output: under 5 MB."""
     suite = make_suite(tmp_path / "suite.yaml", train=35, test=15)

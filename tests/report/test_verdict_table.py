@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -52,6 +53,7 @@ def test_every_row_says_what_its_report_says(tmp_path):
     assert len(failed) == 12 and all(where == "bad/report.json" for where, _ in failed)
 
 
+@pytest.mark.slow
 def test_a_measure_folder_answers_by_configuration_and_repeat(tmp_path):
     suite = make_suite(tmp_path / "s.yaml")
     # swarm fails t1 on its second repeat only; direct passes everything.
@@ -136,6 +138,7 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
                      | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kpis=st.dictionaries(st.sampled_from(KPI_NAMES), _JSON))
 @example(kpis={"max_steps": 10**400, "prompt_tokens": 2**63, "records": 2**64,

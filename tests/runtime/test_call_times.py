@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from evalkit.eval.tables import open_dataset
 from evalkit.store.dataset import when
 from evalkit.store.ingest import ingest
@@ -12,6 +14,7 @@ from tests._agent import answer, call
 from tests.runtime.conftest import RunMission
 
 
+@pytest.mark.slow
 def test_every_recorded_call_carries_its_start_and_the_tables_time_it(
         mission: RunMission, tmp_path: Path) -> None:
     done = mission([call("mcp.add", a=2, b=3), answer("The sum is 5.")])

@@ -84,6 +84,7 @@ def _small_files() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
 
+@pytest.mark.slow
 def test_evalkit_mission_on_a_full_disk_exits_5_with_one_error_line(tmp_path: Path) -> None:
     big = "print('" + "y" * 6000 + "')"
     script = write_script(tmp_path / "s.json", [call("run_python_code", code=big),

@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from evalkit.runtime import Bounds, CancelToken, Reply
 from tests.runtime.conftest import RunMission
 
@@ -177,6 +179,7 @@ class SlowModel:
         return Reply(content=self.replies.pop(0))
 
 
+@pytest.mark.slow
 def test_a_seconds_budget_runs_out(mission: RunMission) -> None:
     model = SlowModel(0.15, [call("fs", action="list")] * 10)
     done = mission(model, bounds=Bounds(seconds=0.4), mcp=False)
@@ -186,6 +189,7 @@ def test_a_seconds_budget_runs_out(mission: RunMission) -> None:
     assert finished["budget"]["spent"] >= 0.4
 
 
+@pytest.mark.slow
 def test_cancel_from_another_thread_winds_the_run_up(mission: RunMission) -> None:
     token = CancelToken()
     threading.Timer(0.25, token.cancel).start()

@@ -153,6 +153,7 @@ def test_events_on_stdout_move_the_prose_to_stderr(tmp_path: Path) -> None:
     assert "answer:\nhello" in result.stderr and started["audit_ref"] is None
 
 
+@pytest.mark.slow
 def test_zero_events_written_exits_nonzero_with_a_reason(tmp_path: Path) -> None:
     script = write_script(tmp_path / "s.json", ['{"answer": "lost"}'])
     read_end, write_end = os.pipe()

@@ -65,6 +65,7 @@ def _abandoned_result(records: list[dict[str, Any]], tool: str) -> dict[str, Any
 # -- in-process: the loop over real parts ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_mcp_call_that_outlasts_the_clock_is_abandoned(mission: RunMission) -> None:
     done = mission([call("mcp.sleep", seconds=10), '{"answer": "never"}'],
                    bounds=Bounds(seconds=SECONDS))
@@ -94,6 +95,7 @@ class _Sleepy:
         return Reply(content='{"answer": "too late"}')
 
 
+@pytest.mark.slow
 def test_a_call_that_returns_after_the_end_records_nothing(mission: RunMission) -> None:
     model = _Sleepy(SECONDS + 1)
     done = mission(model, bounds=Bounds(seconds=SECONDS), mcp=False)
@@ -106,6 +108,7 @@ def test_a_call_that_returns_after_the_end_records_nothing(mission: RunMission) 
     assert all(r["event"] != "answer" for r in read_stream(done.run_dir).records)
 
 
+@pytest.mark.slow
 def test_a_model_call_in_flight_is_cut_off_at_the_deadline(mission: RunMission) -> None:
     with ChatServer() as server:
         server.stall()

@@ -97,6 +97,7 @@ def test_a_crashing_tool_is_a_result_not_an_exception(tmp_path: Path,
     assert not result.ok and "fs failed inside evalkit: RuntimeError('kaboom')" == result.error
 
 
+@pytest.mark.slow
 def test_a_plane_without_mcp_never_imports_the_sdk(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import sys

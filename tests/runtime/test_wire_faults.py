@@ -72,6 +72,7 @@ def transport_gave_up(done: Mission, url: str, said: str, tmp_path: Path) -> Non
 # -- llmock: the chaos modes ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["json", "native"])
 def test_a_stream_cut_before_its_finish_reason_is_never_used(llmock: Any, mission: RunMission,
                                                              protocol: str,
@@ -92,6 +93,7 @@ def test_a_stream_cut_before_its_finish_reason_is_never_used(llmock: Any, missio
     # does ask it).
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fault", "said"), [
     (lambda m: m.truncate(after_chunks=3), "ended its stream before a finish reason"),
     (lambda m: m.disconnect(after_chunks=2), "the connection broke"),
@@ -123,6 +125,7 @@ def test_a_malformed_chunk_that_never_clears_ends_as_a_transport_fault(
     assert "JSONDecodeError" not in done.records[-1]["reason"]
 
 
+@pytest.mark.slow
 def test_429_waits_as_long_as_retry_after_says(llmock: Any, mission: RunMission) -> None:
     llmock.reply(ANSWER, times=1).rate_limit(times=1, retry_after=0.2)
     done = mission(backend(llmock.base_url()), mcp=False, bounds=FAST)
@@ -133,6 +136,7 @@ def test_429_waits_as_long_as_retry_after_says(llmock: Any, mission: RunMission)
     llmock.assert_resilient()  # no retry_after_ignored
 
 
+@pytest.mark.slow
 def test_a_stalled_stream_is_cut_at_the_idle_timeout_and_retried(llmock: Any,
                                                                  mission: RunMission) -> None:
     llmock.reply(ANSWER, times=2).stall(after_chunks=1, seconds=30)

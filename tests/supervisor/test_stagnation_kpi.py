@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from evalkit.eval import tables
 from evalkit.eval.summary import summarize
 from evalkit.eval.tables import summaries_from_dataset
@@ -27,6 +29,7 @@ def first_review(done) -> tuple[str, int] | None:
     return None
 
 
+@pytest.mark.slow
 def test_the_kpi_equals_what_the_supervisor_saw_on_every_scoring_path(
         run_mission: RunGrounded, tmp_path: Path) -> None:
     a, b = call("mcp.echo", text="a"), call("mcp.echo", text="b")

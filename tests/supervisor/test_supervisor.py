@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from evalkit.eval.summary import summarize
@@ -121,6 +122,7 @@ def test_an_unreadable_review_counts_as_progressing_without_raising(
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_at_most_three_reviews_and_the_last_cannot_say_progressing(
         run_mission: RunGrounded) -> None:
     script: list[Any] = [ECHO] * 3 + [review("progressing")]     # threshold 3 -> 6
@@ -155,6 +157,7 @@ def test_with_no_reviews_left_the_next_firing_is_stuck_without_asking(
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_a_long_varied_run_is_left_alone(run_mission: RunGrounded) -> None:
     script: list[Any] = [call("mcp.add", a=i, b=i + 1) for i in range(12)]
     script[4] = BAD
@@ -185,6 +188,7 @@ def test_a_stuck_answer_is_grounded_without_a_repair_turn(run_mission: RunGround
     assert (finished["outcome"], finished["reason"]) == ("answered_with_caveat", "stuck")
 
 
+@pytest.mark.slow
 def test_the_cli_switch(tmp_path) -> None:
     script = tmp_path / "s.json"
     import json

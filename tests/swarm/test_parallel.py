@@ -50,6 +50,7 @@ def lane(done: Done, branch: str) -> list[tuple[str, Any]]:
     return [(r["event"], r.get("tool")) for r in done.records if r.get("branch") == branch]
 
 
+@pytest.mark.slow
 def test_parallel_steps_run_at_once_and_keep_one_ordered_stream(lab: Lab) -> None:
     model = BranchScripts(scripts())
     done = lab.library(model, parallel=2)
@@ -101,6 +102,7 @@ def test_parallel_steps_through_the_command_line_order_independent_facts(lab: La
     assert done.meta["swarm"]["parallel"] == 2
 
 
+@pytest.mark.slow
 def test_a_step_budget_in_parallel_halts_the_siblings_and_closes_once(lab: Lab) -> None:
     done = lab.library(BranchScripts(scripts()), parallel=2, steps=4)
     finished = done.records[-1]
@@ -112,6 +114,7 @@ def test_a_step_budget_in_parallel_halts_the_siblings_and_closes_once(lab: Lab) 
     assert "budget_exhausted" in ended.values() and "answered" not in ended.values()
 
 
+@pytest.mark.slow
 def test_a_cancel_in_a_parallel_step_winds_the_run_up(lab: Lab) -> None:
     token = CancelToken()
 
@@ -127,6 +130,7 @@ def test_a_cancel_in_a_parallel_step_winds_the_run_up(lab: Lab) -> None:
     assert not done.events("step_started", "s3")
 
 
+@pytest.mark.slow
 def test_parallel_one_is_serial(lab: Lab) -> None:
     done = lab.library(BranchScripts(scripts()), parallel=1)
     branches = [s.get("branch") for s in done.steps]

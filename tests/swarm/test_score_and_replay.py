@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from evalkit.cli import main
@@ -35,6 +36,7 @@ def without_ids(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: v for k, v in r.items() if k not in ID_FIELDS} for r in records]
 
 
+@pytest.mark.slow
 def test_score_reads_a_swarm_stream_staged_or_not(lab: Lab) -> None:
     runs = lab.root / "scored"
     common = {"expects_tools": ["mcp.read_asset", "mcp.multiply"],
@@ -156,6 +158,7 @@ def test_replay_serves_each_branch_its_recorded_turns_in_any_order() -> None:
     assert direct.remaining("mission") == 0
 
 
+@pytest.mark.slow
 def test_a_direct_routed_swarm_run_scores_like_a_plain_one(lab: Lab) -> None:
     plain = lab.mission(DIRECT, swarm=False)
     routed = lab.mission([route("direct"), *DIRECT])

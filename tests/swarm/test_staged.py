@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from evalkit.eval.summary import summarize
@@ -103,6 +104,7 @@ def test_an_ungrounded_synthesis_keeps_its_caveat(lab: Lab) -> None:
     assert "branch" not in done.events("answer")[0]
 
 
+@pytest.mark.slow
 def test_the_synthesis_may_read_again_with_a_tool(lab: Lab) -> None:
     done = lab.mission([route("plan"), REVENUE_PLAN, *S1, *S2, *S3,
                         call("mission_result", handle="r3"), SYNTHESIS])
@@ -164,6 +166,7 @@ def test_a_step_that_calls_no_tool_settles_with_its_reply(lab: Lab) -> None:
     assert done.records[-1]["outcome"] == "answered" and not done.events("grounding")
 
 
+@pytest.mark.slow
 def test_a_staged_run_is_not_resumed_but_a_direct_one_is(lab: Lab) -> None:
     staged = lab.mission([route("plan"), REVENUE_PLAN, *S1])  # ends incomplete in s2
     assert staged.records[-1]["outcome"] == "incomplete"

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from evalkit.runtime.tools import ToolResult
 from evalkit.runtime.tools.coding import occurrences
 from tests.tools_packs.conftest import make_plane
@@ -252,6 +254,7 @@ def test_patch_does_not_edit_the_git_directory(staged: Callable[[str], Path]) ->
     assert (root / ".git" / "config").read_text() == config
 
 
+@pytest.mark.slow
 def test_patch_argument_shapes(tmp_path: Path) -> None:
     plane = make_plane(tmp_path)
     both = plane.dispatch("patch", {"path": "a", "old": "", "new": "",
@@ -265,6 +268,7 @@ def test_patch_argument_shapes(tmp_path: Path) -> None:
         ".: that is the repository root")
 
 
+@pytest.mark.slow
 def test_a_fifo_in_the_tree_never_holds_repo_map_or_patch(tmp_path: Path) -> None:
     """Both read files in-process: a FIFO the agent made is refused, not waited on."""
     (tmp_path / "real.py").write_text("def real():\n    pass\n")
