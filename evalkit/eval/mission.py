@@ -9,7 +9,6 @@ field) from there, else with the field's default, "not checked".
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -90,20 +89,6 @@ class Mission:
         put(self, "settings", given)
         put(self, "line", line)
 
-    @classmethod
-    def checked(cls, core: Mapping[str, Any], settings: dict[str, Any],
-                line: int | None) -> Mission:
-        """A mission from fields already checked against the registry, as the suite loader
-        checks them: ``core`` holds only core fields, ``settings`` only check fields, none
-        of them None or its field's default."""
-        mission = cls.__new__(cls)
-        put = object.__setattr__
-        for name, default in _CORE_DEFAULTS.items():
-            put(mission, name, core.get(name, default))
-        put(mission, "settings", settings)
-        put(mission, "line", line)
-        return mission
-
     def __getattr__(self, name: str) -> Any:
         """A check field met for the first time: from now on ``_CheckField`` answers it."""
         if name == "settings" or field(name) is None:  # settings unset: nothing is set yet
@@ -140,14 +125,6 @@ class Mission:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _rebuild, (dict(self._fields()), self.line)
-
-
-#: Each core field's value when a mission does not give it: ``Mission.__init__``'s defaults
-#: (``Parameter.empty`` for key, flag and prompt, which every built mission gives).
-_CORE_DEFAULTS: dict[str, Any] = {
-    name: parameter.default
-    for name, parameter in inspect.signature(Mission.__init__).parameters.items()
-    if name in _CORE}
 
 
 class _CheckField:

@@ -246,8 +246,6 @@ class _Builder:
         #: Field -> the one type its value may have to be stored as it is (strings, flags
         #: and counts; a bool is no int here): the common case, checked without ``value``.
         self.exact = {name: _EXACT[kind] for name, kind in self.kinds.items() if kind in _EXACT}
-        #: Each mission shape met so far -> how missions of it are built (None: one by one).
-        self.shapes: dict[tuple[Any, ...], _Shape | None] = {}
 
     def find(self, steps: tuple[str | int, ...]) -> tuple[yaml.Node | None, yaml.Node | None]:
         """Walk the node tree: (the node whose line names the step, the value's node)."""
@@ -422,18 +420,6 @@ class _Builder:
 
     def mission(self, index: int, raw: Any) -> Mission | None:
         """The mission, or None with every problem it has recorded."""
-        if type(raw) is dict and not self.repeated:
-            # A large suite repeats a few shapes (which fields, each value's type) over
-            # all its missions: each shape is worked out once (``_Shape``).
-            shape_key = (*raw, *map(type, raw.values()))
-            shape = self.shapes.get(shape_key, _UNSEEN)
-            if shape is _UNSEEN:
-                shape = self.shapes[shape_key] = _Shape.of(raw, self.kinds, self.exact)
-            if shape is not None:
-                line = self.line("missions", index) if self.root is not None else None
-                built = shape.build(raw, line)
-                if built is not None:
-                    return built
         steps: tuple[str | int, ...] = ("missions", index)
         if not isinstance(raw, dict):
             self.problem(f"mission #{index + 1}", None, steps,
@@ -518,69 +504,6 @@ class _Builder:
                                  f"must be a string, not {_describe(value)}")
             changes.append(change)
         return tuple(changes)
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """How every mission of one shape is built: the same fields in the same order, each
-    value of the same type, and each field taking the branch ``_Builder.mission`` would
-    take for it — so only a shape whose every field is stored as it is, or is a list
-    (of strings, checked per mission), is built here, and any other goes the long way
-    and is told why there.
-    """
-
-    #: The core fields given, in the mission's order (None values left out: "not given").
-    core: tuple[str, ...]
-    #: The check fields given, in the mission's order.
-    settings: tuple[str, ...]
-    #: The fields whose value is a list, stored as a tuple when every item is a string.
-    lists: tuple[str, ...]
-    #: The check fields whose default a value of this type might equal (left out if so).
-    defaulted: tuple[tuple[str, Any], ...]
-
-    @classmethod
-    def of(cls, raw: dict[Any, Any], kinds: dict[str, str],
-           exact: dict[str, type]) -> _Shape | None:
-        core, settings, lists, defaulted = [], [], [], []
-        table = checks.field_table()
-        for name, value in raw.items():
-            kind = kinds.get(name) if type(name) is str else None
-            if kind is None:
-                return None  # unknown: the long way says so
-            if value is None:
-                continue
-            if type(value) is list and kind == _STRS:
-                lists.append(name)
-            elif type(value) is not exact.get(name):
-                return None  # converted or refused by ``value``
-            spec = table.get(name)
-            if spec is None:
-                core.append(name)
-            else:
-                settings.append(name)
-                if spec.default is not None:
-                    defaulted.append((name, spec.default))
-        if any(raw.get(name) is None for name in REQUIRED_FIELDS):
-            return None
-        return cls(tuple(core), tuple(settings), tuple(lists), tuple(defaulted))
-
-    def build(self, raw: dict[str, Any], line: int | None) -> Mission | None:
-        """The mission, or None when one of its lists holds something other than strings."""
-        if self.lists:
-            raw = dict(raw)
-            for name in self.lists:
-                value = raw[name]
-                if not _ONLY_STR.issuperset(map(type, value)):
-                    return None
-                raw[name] = tuple(value)
-        settings = {name: raw[name] for name in self.settings}
-        for name, default in self.defaulted:
-            if settings[name] == default:
-                del settings[name]
-        return Mission.checked({name: raw[name] for name in self.core}, settings, line)
-
-
-_UNSEEN: Any = object()
 
 
 def suite_defaults() -> dict[str, str]:
