@@ -205,6 +205,7 @@ def test_a_check_installed_under_the_entry_point_group_is_registered(tmp_path):
     assert "unknown field" in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_broken_plugin_is_one_sentence_not_a_traceback(tmp_path):
     site = tmp_path / "site"
     site.mkdir()

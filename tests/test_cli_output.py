@@ -123,6 +123,7 @@ def test_stdout_into_a_pipe_keeps_its_buffering(unbuffered: str) -> None:
     assert done.stdout == expected
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_is_output_thrown_away(tmp_path: Path) -> None:
     command = " ".join([*EVALKIT, "check", "--suite", str(GOOD_SUITE)])
     done = subprocess.run(f"{command} >&-", shell=True, capture_output=True, text=True)
@@ -130,6 +131,7 @@ def test_a_closed_stdout_is_output_thrown_away(tmp_path: Path) -> None:
     assert "internal error" not in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "content"), [
     ("notes.txt", "just a line of prose\n"), ("list.yaml", "- one\n- two\n"),
     ("image.yaml", b"\x89PNG\r\n\x1a\n\x00\x00"), ("broken.json", '{"missions": [}'),

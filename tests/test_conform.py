@@ -196,6 +196,7 @@ def test_json_for_ci(tmp_path: Path) -> None:
     assert {r["id"] for r in data["rules"]} == _ids()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ("conform", "--", "no-such-agent-program"),
     ("conform", "--suite", "no/such/suite.yaml", "--", sys.executable, str(EXAMPLE)),

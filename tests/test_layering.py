@@ -274,6 +274,7 @@ def test_the_scoring_commands_run_with_no_extra_installed(lean, tmp_path: Path) 
     assert "<svg" in (tmp_path / "report.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_the_public_api_imports_with_no_extra_installed(lean) -> None:
     # Whatever ``evalkit`` exports, each name fetched: lazy exports are imported too.
     done = lean("-c", "import evalkit\nfor name in getattr(evalkit, '__all__', ()):\n"
@@ -338,6 +339,7 @@ def test_a_command_that_needs_a_missing_extra_names_it(lean, tmp_path: Path,
     assert not out.exists()  # refused before anything was made
 
 
+@pytest.mark.slow
 def test_regrade_policy_needs_no_extra(lean, tmp_path: Path) -> None:
     """``regrade --policy`` replays nothing, so it runs where the agent extra is missing;
     the replaying regrade is still refused there in one sentence."""

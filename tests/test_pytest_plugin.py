@@ -110,6 +110,7 @@ def test_without_its_options_the_plugin_adds_nothing(pytester: pytest.Pytester) 
     assert "evalkit[" not in result.stdout.str()
 
 
+@pytest.mark.slow
 def test_loading_the_plugin_imports_nothing_of_evalkit() -> None:
     code = ("import sys, evalkit.pytest_plugin; "
             "print(sorted(m for m in sys.modules if m.startswith('evalkit')))")

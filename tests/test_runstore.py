@@ -125,6 +125,7 @@ def test_lock_blocks_a_second_writer_until_the_holder_dies(tmp_path: Path) -> No
         assert writer.append({"event": "x"}) == 1
 
 
+@pytest.mark.slow
 def test_lock_is_released_on_close_and_blocks_within_a_process(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     writer = store.create({})

@@ -211,6 +211,7 @@ def test_nothing_to_score_is_one_sentence(corpus: Path, tmp_path: Path,
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_runs_that_all_died_before_a_line_are_scored_alike(corpus: Path, tmp_path: Path) -> None:
     """Mission folders with no stream in any: every mission missing on both paths."""
     suite = corpus / "suite.yaml"

@@ -290,6 +290,7 @@ def test_sql_answers_questions_but_reads_no_file_beyond_the_dataset(tmp_path):
     assert said.startswith("Error: query failed: Permission Error")
 
 
+@pytest.mark.slow
 def test_sql_on_a_folder_with_no_dataset_and_no_runs_is_refused(tmp_path):
     runner = CliRunner()
     empty = tmp_path / "notes"

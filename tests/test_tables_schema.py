@@ -119,6 +119,7 @@ def test_times_and_counts_are_typed_values(good: Path) -> None:
         con.close()
 
 
+@pytest.mark.slow
 def test_the_views_show_each_run_and_each_verdict_once(good: Path, tmp_path: Path) -> None:
     con = open_dataset(good)
     try:

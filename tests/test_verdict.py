@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import warnings
 
+import pytest
 import re2
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -189,6 +190,7 @@ _PATTERN_TEXT = st.text(alphabet="aAbBsSkK iI_-,'\"#.*+?()[]\\|^$ſKı", max_siz
 _ANSWER_TEXT = st.text(alphabet="aAbBsSkK iI_-,'\"#.\nſKıé", max_size=40)
 
 
+@pytest.mark.slow
 @given(body=_PATTERN_TEXT, folded=st.booleans(), answer=_ANSWER_TEXT)
 @example(body="s", folded=True, answer="a long ſ")  # U+017F: no ASCII shortcut
 @example(body="I CANNOT", folded=True, answer="well, i cannot")

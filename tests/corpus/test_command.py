@@ -86,6 +86,7 @@ def test_a_recording_that_fails_puts_the_previous_one_back(tmp_path: Path) -> No
         "README.md", "stub", "stub/good", "stub/good/kept.txt"]
 
 
+@pytest.mark.slow
 def test_the_corpus_library_never_imports_the_runtime() -> None:
     code = ("import sys, evalkit.eval.corpus, evalkit.commands.corpus\n"
             "print(sorted(m for m in sys.modules if m.startswith(('evalkit.runtime', 'mcp', "

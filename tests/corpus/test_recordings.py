@@ -238,6 +238,7 @@ def _machine_prefixes() -> set[str]:
     return prefixes
 
 
+@pytest.mark.slow
 def test_only_the_documented_fields_name_the_recording_machine() -> None:
     prefixes = _machine_prefixes() | set(HOST_PREFIXES)
     leaks = []

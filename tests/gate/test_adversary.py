@@ -326,6 +326,7 @@ def test_a_gate_run_is_certified_at_close_and_its_seal_lists_the_certificates(tm
     assert done.returncode == 1 and "tampered" in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 def test_certificates_reissued_for_an_unsealed_run_are_not_shown_as_vouched_for(
         tmp_path: Path) -> None:
     """Strip a run's seal, rewrite its records, issue certificates again: they recompute

@@ -98,6 +98,7 @@ def test_processes_racing_on_one_key_run_it_once(tmp_path: Path) -> None:
     assert book.verify_chain() == (True, 4, None)
 
 
+@pytest.mark.slow
 def test_racing_on_different_keys_runs_each_once(tmp_path: Path) -> None:
     counter = tmp_path / "counter"
     barrier = threading.Barrier(4)

@@ -281,6 +281,7 @@ def test_a_retried_govern_runs_the_body_once(tmp_path: Path) -> None:
     assert count["add"] == 1
 
 
+@pytest.mark.slow
 def test_concurrent_duplicates_run_once_and_all_get_the_same_outcome(tmp_path: Path) -> None:
     count = Counter()
 
@@ -367,6 +368,7 @@ def test_a_run_closed_while_a_hold_stands_is_awaiting_approval(tmp_path: Path) -
 # -- the command -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_bad_policy_file_is_one_sentence_and_exit_2(tmp_path: Path) -> None:
     policy = tmp_path / "p.yaml"
     policy.write_text("tools: {x: {risk: 9, reversible: true}}\n")

@@ -174,6 +174,7 @@ def test_a_named_tool_the_plane_lacks_is_refused_listing_every_missing_name(
     assert "skill 'x'" in said
 
 
+@pytest.mark.slow
 def test_a_tool_a_running_server_registers_mid_run_is_admitted_when_it_appears(
         governed: RunGoverned, tmp_path: Path) -> None:
     manifest = parse_manifest("---\nname: vault\nallowed_tools: [mcp.unlock, mcp.vault_read, "

@@ -19,6 +19,7 @@ def sequence(done, *names: str) -> list[str]:
     return [r["event"] for r in done.records if r["event"] in names]
 
 
+@pytest.mark.slow
 def test_an_invented_figure_is_repaired_and_then_grounded(run_mission: RunGrounded) -> None:
     done = run_mission([READ, answer("Shipped 12,480 units in Q3 2024 (asset.7f3a)."),
                         answer("Shipped 12,481 units in Q3 2024 (asset.7f3a).")], grammar=GRAMMAR)
@@ -40,6 +41,7 @@ def test_an_invented_figure_is_repaired_and_then_grounded(run_mission: RunGround
     assert "not accepted" in repair["content"]
 
 
+@pytest.mark.slow
 def test_an_answer_invented_twice_is_kept_with_a_caveat(run_mission: RunGrounded) -> None:
     done = run_mission([READ, answer("Shipped 12,480 units (asset.7f3a, asset.dead)."),
                         answer("Shipped 12,480 units (asset.7f3a, asset.dead).")],
@@ -62,6 +64,7 @@ def test_an_answer_invented_twice_is_kept_with_a_caveat(run_mission: RunGrounded
     assert (summary.grounding_verdict, summary.grounded, summary.repairs) == (True, False, 1)
 
 
+@pytest.mark.slow
 def test_a_repair_turn_may_read_before_answering_again(run_mission: RunGrounded) -> None:
     done = run_mission([answer("asset.19c2 says the average price is 338.0 EUR."),
                         call("mcp.read_asset", asset_id="asset.19c2"),
@@ -72,6 +75,7 @@ def test_a_repair_turn_may_read_before_answering_again(run_mission: RunGrounded)
     assert done.records[-1]["outcome"] == "answered"
 
 
+@pytest.mark.slow
 def test_no_grammar_no_grounding_record(run_mission: RunGrounded) -> None:
     done = run_mission([answer("Shipped 99,999 units (asset.dead).")])
     assert done.events("grounding") == []
@@ -91,6 +95,7 @@ def test_max_repairs_bounds_the_repair_turns(run_mission: RunGrounded) -> None:
         (True, 1), (True, 2), (False, 2)]
 
 
+@pytest.mark.slow
 def test_no_repair_turn_past_the_step_ceiling(run_mission: RunGrounded) -> None:
     done = run_mission([READ, answer("Shipped 12,480 units.")], grammar=GRAMMAR, steps=2)
     [only] = done.events("grounding")
@@ -124,6 +129,7 @@ def test_a_quoted_timestamp_grounds_nothing_and_claims_nothing(run_mission: RunG
     assert borrowed.events("grounding")[0]["unsupported"] == ["14"]
 
 
+@pytest.mark.slow
 def test_repair_under_the_native_protocol(run_mission: RunGrounded) -> None:
     def reply(name: str, **arguments: object) -> dict:
         return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments)}]}

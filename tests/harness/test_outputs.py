@@ -100,6 +100,7 @@ def test_a_block_that_never_ends_is_written_at_the_end_without_its_body() -> Non
     assert seen == [b"", b""] and final == b"-----BEGIN PRIVATE KEY-----\n[REDACTED]\n"
 
 
+@pytest.mark.slow
 def test_a_drain_told_to_stop_writes_what_the_pipes_hold_and_ends() -> None:
     read_fd, write_fd = os.pipe()
     file = io.BytesIO()

@@ -139,6 +139,7 @@ def test_a_round_trip_keeps_every_verdict(tmp_path, corpus):
         assert all(v["passed"] for v in after)
 
 
+@pytest.mark.slow
 def test_exported_spans_parse_as_otlp_protobuf(tmp_path):
     pytest.importorskip("opentelemetry.proto")
     from google.protobuf.json_format import Parse

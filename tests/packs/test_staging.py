@@ -166,6 +166,7 @@ def test_the_pages_server_runs_for_the_block_and_stops_after(tmp_path: Path) -> 
         assert served.url is None and served.env == {}
 
 
+@pytest.mark.slow
 def test_a_busy_port_refuses_the_run_in_one_sentence(tmp_path: Path) -> None:
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

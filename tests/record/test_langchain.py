@@ -63,6 +63,7 @@ def lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_a_langgraph_graph_is_recorded_call_by_call(tmp_path: Path) -> None:
     with ChatServer() as server:
         server.reply(tool_calls=[wire_call("multiply", '{"a": 17, "b": 23}', "call_m"),

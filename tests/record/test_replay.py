@@ -66,6 +66,7 @@ def test_a_replay_runs_the_agent_again_with_no_endpoint(tmp_path, stream):
                                                for r in lines(source / "model.jsonl")]
 
 
+@pytest.mark.slow
 def test_a_changed_prompt_is_drift_and_running_off_the_end_is_incomplete(tmp_path):
     recorded(tmp_path, stream=False)
     client = offline_client()

@@ -13,6 +13,7 @@ from evalkit.cli import main
 from tests.replay.conftest import Lab, answer, call, read_jsonl, without_ids
 
 
+@pytest.mark.slow
 def test_evalkit_replay_prints_the_narration_and_the_drift_line(lab: Lab) -> None:
     original = lab.record([call("mcp.add", a=2, b=3), answer("5")])
     run_id = original.launched.outcome.run_id
@@ -26,6 +27,7 @@ def test_evalkit_replay_prints_the_narration_and_the_drift_line(lab: Lab) -> Non
     assert read_jsonl(events)[-1]["outcome"] == "answered"
 
 
+@pytest.mark.slow
 def test_evalkit_replay_forks_with_a_script(lab: Lab) -> None:
     original = lab.record([call("mcp.add", a=2, b=3), answer("5")])
     script = lab.script([answer("forked")], "fork.json")
@@ -97,6 +99,7 @@ def test_a_recording_file_that_is_a_folder_or_a_fifo_is_one_sentence(lab: Lab) -
         assert result.stderr == f"Error: {run / name} is not a regular file\n"
 
 
+@pytest.mark.slow
 def test_a_damaged_recorded_reply_ends_the_replay_saying_so(lab: Lab) -> None:
     """A reply whose content is an object (a hand edit) was a traceback from deep in the
     loop; it now fails as a recorded failure does, and the summary says why."""

@@ -15,6 +15,7 @@ UNSORTED = [
 ]
 
 
+@pytest.mark.slow
 def test_a_native_recording_with_unsorted_arguments_replays_without_drift(lab: Lab) -> None:
     """The model log writes a reply's arguments with sorted keys, so the replayed turn is
     echoed back to the model in another order than the live one was: the same call."""

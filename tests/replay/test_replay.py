@@ -58,6 +58,7 @@ def test_a_replay_gives_the_recorded_stream_back_record_for_record(lab: Lab) -> 
     assert meta["outcome"] == "answered" and meta["provider"] == "replay"
 
 
+@pytest.mark.slow
 def test_the_native_protocol_replays_with_parallel_calls_and_echoed_extras(lab: Lab) -> None:
     original = lab.record(NATIVE_SCRIPT, protocol="native")
     replayed = lab.replay(original.run_dir)  # RUN given as a path this time
@@ -127,6 +128,7 @@ def test_a_changed_system_prompt_is_drift_at_call_1(lab: Lab) -> None:
     assert replayed.launched.notes["drift"]["first"] == first
 
 
+@pytest.mark.slow
 def test_a_run_that_outgrows_its_recording_ends_incomplete_naming_the_call(lab: Lab) -> None:
     original = lab.record([call("mcp.add", a=1, b=n) for n in (1, 2, 3)], steps=3)
     assert original.meta["outcome"] == "budget_exhausted"
@@ -146,6 +148,7 @@ def test_live_tools_dispatch_against_the_recorded_plane(lab: Lab) -> None:
     assert "replay_tool_calls" not in replayed.meta and replayed.meta["replay_tools"] == "live"
 
 
+@pytest.mark.slow
 def test_a_fork_continues_live_and_unrecorded_calls_are_refused(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     fork = lab.replay(original.launched.outcome.run_id, live_from=1, provider="scripted",
@@ -160,6 +163,7 @@ def test_a_fork_continues_live_and_unrecorded_calls_are_refused(lab: Lab) -> Non
     assert fork.meta["replay_tool_calls"][NOT_IN_RECORDING] == 1
 
 
+@pytest.mark.slow
 def test_a_live_run_and_an_unknown_run_are_refused(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     with RunWriter(original.run_dir), pytest.raises(EvalkitError, match="still being written"):
@@ -169,6 +173,7 @@ def test_a_live_run_and_an_unknown_run_are_refused(lab: Lab) -> None:
             lab.replay(spec)
 
 
+@pytest.mark.slow
 def test_a_run_folders_copy_of_a_stream_is_refused_naming_the_recording_below(lab: Lab,
                                                                               tmp_path: Path) -> None:
     """``evalkit run`` keeps each mission's captured stream beside its run directory; replayed,
@@ -185,6 +190,7 @@ def test_a_run_folders_copy_of_a_stream_is_refused_naming_the_recording_below(la
     assert replayed.events("answer")[0]["text"] == original.events("answer")[0]["text"]
 
 
+@pytest.mark.slow
 def test_replay_is_refused_when_recording_is_off(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     with pytest.raises(EvalkitError, match="recording is off"):
@@ -257,6 +263,7 @@ def test_recorded_replies_are_copies(lab: Lab) -> None:
     assert "id" not in backend._queues["mission"][0]["reply"]["tool_calls"][0]
 
 
+@pytest.mark.slow
 def test_json_round_trip_of_meta_drift(lab: Lab) -> None:
     original = lab.record(JSON_SCRIPT)
     replayed = lab.replay(original.launched.outcome.run_id, objective="x")
@@ -268,6 +275,7 @@ def test_json_round_trip_of_meta_drift(lab: Lab) -> None:
 STRICT_FIGURES = "---\nname: strict-figures\ngrounding:\n  number_pattern: '\\b\\d+\\b'\n---\n"
 
 
+@pytest.mark.slow
 def test_a_recorded_repair_turn_is_served_and_grounding_reruns(lab: Lab) -> None:
     skill = lab.root / "SKILL.md"
     skill.write_text(STRICT_FIGURES, encoding="utf-8")

@@ -93,6 +93,7 @@ def test_a_resume_that_ends_before_its_first_step_is_still_in_order(lab: Lab) ->
     assert summarize(resumed.records).problems == ()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("word", ["answered", "budget_exhausted"])
 def test_a_concluded_run_is_refused_naming_its_outcome(lab: Lab, word: str) -> None:
     if word == "answered":

@@ -262,6 +262,7 @@ def test_a_damaged_report_json_is_refused_by_report_and_diff_naming_the_field(sc
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow
 def test_a_report_json_whose_halves_is_null_is_read_as_one_without_halves(scored, tmp_path):
     """``check_report`` lets ``"halves": null`` through (an absent field), so every reader
     must take it as absent too: it was a TypeError in the HTML report (found by hypothesis)."""

@@ -35,6 +35,7 @@ def cases(xml: JUnitXml) -> dict[tuple[str, str], object]:
     return {(suite.name, case.name): case for suite in xml for case in suite}
 
 
+@pytest.mark.slow
 def test_score_of_the_good_recordings_is_a_suite_per_half_all_passing(
         tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
     out = tmp_path / "ci" / "junit.xml"
@@ -76,6 +77,7 @@ def test_a_failed_mission_is_a_failure_carrying_its_reasons_and_checks(
             assert f"{check}: {reason}" in failure.text
 
 
+@pytest.mark.slow
 def test_a_missing_run_is_skipped_and_a_tampered_one_an_error(
         tmp_path: Path, schema: xmlschema.XMLSchema) -> None:
     runs = tmp_path / "runs"
@@ -117,6 +119,7 @@ def test_run_writes_infrastructure_failures_as_errors(
     assert found[("sums.train", "t0")].is_passed
 
 
+@pytest.mark.slow
 def test_measure_writes_a_suite_per_row_and_half_and_a_case_per_repeat(
         folders: dict, schema: xmlschema.XMLSchema, tmp_path: Path) -> None:
     out = tmp_path / "matrix.xml"

@@ -175,6 +175,7 @@ def test_the_page_is_self_contained(folders):
     assert len(text.encode()) < 2_000_000
 
 
+@pytest.mark.slow
 def test_user_text_is_escaped_and_never_parsed_as_markup_or_mathtext(tmp_path):
     hostile = "<script>alert(1)</script> costs $5 and $x^2$ -->"
     suite = make_suite(tmp_path / "suite.yaml", rubric_changes=[
@@ -282,6 +283,7 @@ def test_a_suite_without_held_out_missions_shows_no_empty_test_half(tmp_path):
     assert "kpis-train" in page.ids and "kpis-test" not in page.ids
 
 
+@pytest.mark.slow
 def test_infrastructure_errors_are_counted_apart_and_rated_without(folders, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(folders["run"], copy)

@@ -79,6 +79,7 @@ def _page(folder: Path) -> Page:
     return Page(report_html(folder_reader.load(folder)))
 
 
+@pytest.mark.slow
 def test_a_tool_call_its_result_grounding_and_the_answer_are_shown(tmp_path):
     records = {
         "m0": [started(objective="find the planted sum"), step(1),

@@ -28,6 +28,7 @@ def answer(text: str) -> str:
     return json.dumps({"answer": text})
 
 
+@pytest.mark.slow
 def test_a_mission_chains_two_tools_and_answers(mission: RunMission) -> None:
     done = mission([
         {"content": call("mcp.add", a=4210, b=3902), "usage": USAGE},
@@ -63,6 +64,7 @@ def test_a_mission_chains_two_tools_and_answers(mission: RunMission) -> None:
     assert meta["meta"]["outcome"] == "answered"
 
 
+@pytest.mark.slow
 def test_an_unknown_tool_is_rejected_and_costs_a_turn(mission: RunMission) -> None:
     done = mission([
         {"content": call("mcp.teleport", where="mars"), "usage": USAGE},
@@ -78,6 +80,7 @@ def test_an_unknown_tool_is_rejected_and_costs_a_turn(mission: RunMission) -> No
     assert [line["call"] for line in done.tool_lines] == [0]  # nothing was dispatched
 
 
+@pytest.mark.slow
 def test_an_unparseable_reply_is_rejected_with_the_problem(mission: RunMission) -> None:
     done = mission(["I'll call the echo tool {\"tool\": \"mcp.echo\", \"arguments\": {",
                     "```json\n" + call("mcp.echo", text="hi") + "\n```",
@@ -90,6 +93,7 @@ def test_an_unparseable_reply_is_rejected_with_the_problem(mission: RunMission) 
     assert done.records[-1]["usage"] == {"calls": 3}
 
 
+@pytest.mark.slow
 def test_native_protocol_dispatches_two_calls_in_one_turn(mission: RunMission) -> None:
     extra = {"vendor": {"signature": "abc=="}}
     done = mission([
@@ -113,6 +117,7 @@ def test_native_protocol_dispatches_two_calls_in_one_turn(mission: RunMission) -
     assert done.outcome.answer == "3 and x"
 
 
+@pytest.mark.slow
 def test_a_tool_registered_mid_run_is_noticed_at_the_next_step(mission: RunMission) -> None:
     done = mission([
         call("mcp.unlock", name="vault_read"),  # changes the server's tool list: dev
@@ -133,6 +138,7 @@ def test_a_tool_registered_mid_run_is_noticed_at_the_next_step(mission: RunMissi
     assert "catalogue changed" in told and "mcp.vault_read" in told
 
 
+@pytest.mark.slow
 def test_a_step_budget_runs_out(mission: RunMission) -> None:
     done = mission([call("mcp.echo", text="again")] * 5, bounds=Bounds(steps=2))
     finished = done.records[-1]
@@ -142,6 +148,7 @@ def test_a_step_budget_runs_out(mission: RunMission) -> None:
     assert len(done.events("tool_result")) == 2 and len(done.model_calls) == 2
 
 
+@pytest.mark.slow
 def test_a_failing_tool_and_a_long_result_are_ordinary_results(mission: RunMission) -> None:
     done = mission([call("mcp.fail", reason="on purpose"),
                     call("mcp.read_asset", asset_id="asset.c4e1"),

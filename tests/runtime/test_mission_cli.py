@@ -96,6 +96,7 @@ def test_usage_errors_exit_2_with_one_sentence(tmp_path: Path, args: list[str],
     assert "mission_started" not in result.output  # refused before any event
 
 
+@pytest.mark.slow
 def test_help_imports_no_sdk() -> None:
     """Start-up speed itself is measured by benchmarks/bench_startup.py, not here."""
     probe = ("import sys\nfrom evalkit.cli import main\nsys.argv = ['evalkit', 'mission', "

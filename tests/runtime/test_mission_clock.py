@@ -204,6 +204,7 @@ def test_a_call_that_ends_in_time_gives_its_value_or_its_error() -> None:
         within(time.monotonic() + 5, lambda: {}["missing"], what="x")
 
 
+@pytest.mark.slow
 def test_an_abandoned_call_is_undone_and_a_late_start_is_undone_at_once() -> None:
     undone: list[str] = []
     release = threading.Event()

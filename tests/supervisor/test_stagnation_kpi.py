@@ -62,6 +62,7 @@ def test_the_kpi_equals_what_the_supervisor_saw_on_every_scoring_path(
     assert first_review(runs["clean"]) is None
 
 
+@pytest.mark.slow
 def test_a_stream_from_an_agent_without_a_supervisor_is_scored_too(
         run_mission: RunGrounded) -> None:
     done = run_mission([ECHO, ECHO, call("mcp.add", a=1, b=1), ECHO, ECHO, answer("x")],

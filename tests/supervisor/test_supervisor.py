@@ -43,6 +43,7 @@ def same_as_offline(done) -> None:
         assert summary.stagnation is None and summary.stagnation_step is None
 
 
+@pytest.mark.slow
 def test_repeat_fires_and_a_nudge_is_injected(run_mission: RunGrounded) -> None:
     done = run_mission([ECHO, ECHO, ECHO, review("nudge", "Stop echoing; read an asset."),
                         answer("done")])
@@ -66,6 +67,7 @@ def test_repeat_fires_and_a_nudge_is_injected(run_mission: RunGrounded) -> None:
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_rejected_replies_fire_and_stuck_winds_the_run_up(run_mission: RunGrounded) -> None:
     done = run_mission([BAD, BAD, BAD, review("stuck", "It never produces JSON."),
                         answer("Best I can say: nothing was read.")])
@@ -80,6 +82,7 @@ def test_rejected_replies_fire_and_stuck_winds_the_run_up(run_mission: RunGround
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_a_stuck_run_that_calls_a_tool_instead_of_answering_ends_incomplete(
         run_mission: RunGrounded) -> None:
     done = run_mission([ECHO, ECHO, ECHO, review("stuck"), ECHO])
@@ -90,6 +93,7 @@ def test_a_stuck_run_that_calls_a_tool_instead_of_answering_ends_incomplete(
     assert (finished["outcome"], finished["reason"]) == ("incomplete", "stuck")
 
 
+@pytest.mark.slow
 def test_oscillation_and_a_progressing_verdict_raises_its_threshold(
         run_mission: RunGrounded) -> None:
     a, b = call("mcp.echo", text="a"), call("mcp.echo", text="b")
@@ -103,6 +107,7 @@ def test_oscillation_and_a_progressing_verdict_raises_its_threshold(
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_nothing_new_for_four_steps(run_mission: RunGrounded) -> None:
     done = run_mission([ECHO, BAD, BAD, ECHO, BAD, review("nudge"), answer("ok")])
     [(index, said)] = reviews(done)
@@ -111,6 +116,7 @@ def test_nothing_new_for_four_steps(run_mission: RunGrounded) -> None:
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_an_unreadable_review_counts_as_progressing_without_raising(
         run_mission: RunGrounded) -> None:
     done = run_mission([ECHO, ECHO, ECHO, "hmm, hard to say", ECHO, ECHO, ECHO,
@@ -141,6 +147,7 @@ def test_at_most_three_reviews_and_the_last_cannot_say_progressing(
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_with_no_reviews_left_the_next_firing_is_stuck_without_asking(
         run_mission: RunGrounded) -> None:
     script: list[Any] = []
@@ -168,6 +175,7 @@ def test_a_long_varied_run_is_left_alone(run_mission: RunGrounded) -> None:
     same_as_offline(done)
 
 
+@pytest.mark.slow
 def test_switched_off_it_never_asks_but_the_stream_still_shows_the_loop(
         run_mission: RunGrounded) -> None:
     done = run_mission([ECHO] * 7 + [answer("done")], supervisor=False)
@@ -177,6 +185,7 @@ def test_switched_off_it_never_asks_but_the_stream_still_shows_the_loop(
     assert (summary.stagnation, summary.stagnation_step) == ("repeat", 2)
 
 
+@pytest.mark.slow
 def test_a_stuck_answer_is_grounded_without_a_repair_turn(run_mission: RunGrounded) -> None:
     grammar = Grammar(identifier_pattern=ASSET_IDS, number_pattern=r"\d[\d,]*")
     done = run_mission([ECHO, ECHO, ECHO, review("stuck"), answer("It is 12,480 units.")],

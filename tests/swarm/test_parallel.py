@@ -80,6 +80,7 @@ def test_parallel_steps_run_at_once_and_keep_one_ordered_stream(lab: Lab) -> Non
     assert [s["id"] for s in done.meta["swarm"]["steps"]] == ["s1", "s2", "s3"]
 
 
+@pytest.mark.slow
 def test_parallel_steps_through_the_command_line_order_independent_facts(lab: Lab) -> None:
     """The plain scripted backend serves lanes in whatever order they ask: only facts that
     hold for every interleaving are asserted (``check`` holds the stream to one sequence)."""

@@ -98,6 +98,7 @@ def test_a_plan_that_does_not_check_out_is_refused_with_the_reason(reply: str,
 # -- direct, as a whole mission -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_run_triaged_direct_is_the_ordinary_loop_on_branch_direct(lab: Lab) -> None:
     done = lab.mission([route("direct"), *DIRECT])
     assert done.exit_code == 0, done.output
@@ -116,6 +117,7 @@ def test_a_run_triaged_direct_is_the_ordinary_loop_on_branch_direct(lab: Lab) ->
     assert summarize(done.records).staged is False
 
 
+@pytest.mark.slow
 def test_a_triage_reply_that_is_not_a_clear_plan_request_goes_direct(lab: Lab) -> None:
     done = lab.mission(['I think we should plan. {"route": "plan?"}', *DIRECT])
     assert done.records[-1]["outcome"] == "answered"
@@ -123,6 +125,7 @@ def test_a_triage_reply_that_is_not_a_clear_plan_request_goes_direct(lab: Lab) -
     assert len(done.model_calls) == 5  # no plan call was made
 
 
+@pytest.mark.slow
 def test_an_invalid_plan_falls_back_to_direct(lab: Lab) -> None:
     bad = plan(("s1", "read both tables", 1), ("s2", "multiply", 1, ["s1"]))
     done = lab.mission([route("plan"), bad, *DIRECT])
@@ -137,6 +140,7 @@ def test_an_invalid_plan_falls_back_to_direct(lab: Lab) -> None:
     assert summarize(done.records).staged is False
 
 
+@pytest.mark.slow
 def test_a_triage_call_that_fails_goes_direct_and_the_loop_reports_its_own_failure(
         lab: Lab) -> None:
     done = lab.mission([])  # the script is empty: every call fails

@@ -65,6 +65,7 @@ def test_score_reads_a_swarm_stream_staged_or_not(lab: Lab) -> None:
     assert verdicts["direct-refused"]["kpis"]["staged"] is False
 
 
+@pytest.mark.slow
 def test_a_replay_of_a_staged_run_reproduces_its_stream(lab: Lab) -> None:
     original = lab.mission(STAGED)
     events = lab.root / "replayed.jsonl"
@@ -84,12 +85,14 @@ def test_a_replay_of_a_staged_run_reproduces_its_stream(lab: Lab) -> None:
         (c["kind"], c["request"]["messages"], c["reply"]) for c in original.model_calls]
 
 
+@pytest.mark.slow
 def test_a_replay_of_a_direct_routed_run_reproduces_it(lab: Lab) -> None:
     original = lab.mission([route("direct"), *DIRECT])
     replayed = _replay(lab, original.records[0]["run_id"])
     assert without_ids(replayed) == without_ids(original.records)
 
 
+@pytest.mark.slow
 def test_a_replay_of_a_parallel_run_gives_each_branch_its_own_turns(lab: Lab) -> None:
     """However the parallel lanes happened to share the script, the replay serves each lane
     the turns it was recorded getting (model.jsonl names the branch of every call)."""

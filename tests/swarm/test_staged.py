@@ -26,6 +26,7 @@ from tests.swarm.conftest import (
 STAGED = [route("plan"), REVENUE_PLAN, *S1, *S2, *S3, SYNTHESIS]
 
 
+@pytest.mark.slow
 def test_a_staged_run_with_two_rungs(lab: Lab) -> None:
     done = lab.mission(STAGED)
     assert done.exit_code == 0, done.output
@@ -64,6 +65,7 @@ def test_a_staged_run_with_two_rungs(lab: Lab) -> None:
         {"id": "s3", "outcome": "answered", "summary": "12,481 x 338.0 = 4218578.0"}]
 
 
+@pytest.mark.slow
 def test_steps_are_briefed_and_the_synthesis_sees_every_step(lab: Lab) -> None:
     done = lab.mission(STAGED)
     calls = done.model_calls
@@ -85,6 +87,7 @@ def test_steps_are_briefed_and_the_synthesis_sees_every_step(lab: Lab) -> None:
         assert text in said, text
 
 
+@pytest.mark.slow
 def test_the_synthesis_answer_is_repaired_against_the_whole_runs_results(lab: Lab) -> None:
     wrong = answer("Q3 2024 revenue was EUR 4,300,000 (asset.7f3a).")
     done = lab.mission([route("plan"), REVENUE_PLAN, *S1, *S2, *S3, wrong, SYNTHESIS])
@@ -96,6 +99,7 @@ def test_the_synthesis_answer_is_repaired_against_the_whole_runs_results(lab: La
     assert len(done.events("answer")) == 1
 
 
+@pytest.mark.slow
 def test_an_ungrounded_synthesis_keeps_its_caveat(lab: Lab) -> None:
     wrong = answer("Q3 2024 revenue was EUR 4,300,000.")
     done = lab.mission([route("plan"), REVENUE_PLAN, *S1, *S2, *S3, wrong, wrong])
@@ -113,6 +117,7 @@ def test_the_synthesis_may_read_again_with_a_tool(lab: Lab) -> None:
     assert done.records[-1]["outcome"] == "answered"
 
 
+@pytest.mark.slow
 def test_a_step_budget_running_out_mid_plan_ends_the_run(lab: Lab) -> None:
     done = lab.mission(STAGED, "--mission-steps", "4")
     finished = done.records[-1]
@@ -129,6 +134,7 @@ def test_a_step_budget_running_out_mid_plan_ends_the_run(lab: Lab) -> None:
     assert done.meta["outcome"] == "budget_exhausted"
 
 
+@pytest.mark.slow
 def test_a_budget_that_covers_only_the_plan_step(lab: Lab) -> None:
     done = lab.mission(STAGED, "--mission-steps", "1")
     assert [s["index"] for s in done.steps] == [0]
@@ -136,6 +142,7 @@ def test_a_budget_that_covers_only_the_plan_step(lab: Lab) -> None:
     assert summarize(done.records).staged is True
 
 
+@pytest.mark.slow
 def test_a_step_whose_model_call_fails_ends_the_run_naming_the_step(lab: Lab) -> None:
     done = lab.mission([route("plan"), REVENUE_PLAN, *S1, S2[0]])
     finished = done.records[-1]
@@ -144,6 +151,7 @@ def test_a_step_whose_model_call_fails_ends_the_run_naming_the_step(lab: Lab) ->
     assert not done.events("answer")
 
 
+@pytest.mark.slow
 def test_a_gated_tool_in_a_step_ends_the_run_awaiting_approval(lab: Lab) -> None:
     submit = plan(("s1", "read the final shipments table", 1), ("s2", "file the total", 2))
     done = lab.mission([route("plan"), submit, *S1,
@@ -155,6 +163,7 @@ def test_a_gated_tool_in_a_step_ends_the_run_awaiting_approval(lab: Lab) -> None
     assert not any(r["tool"] == "mcp.submit" for r in done.events("tool_result"))
 
 
+@pytest.mark.slow
 def test_a_step_that_calls_no_tool_settles_with_its_reply(lab: Lab) -> None:
     one = plan(("s1", "say what the mission needs", 1))
     done = lab.mission([route("plan"), one, answer("it needs the revenue"),
