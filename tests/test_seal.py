@@ -17,15 +17,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evalkit.cli import main
 from evalkit.eval.score import score
 from evalkit.eval.suite import load_suite
 from evalkit.store import seal
 from evalkit.store.signing import Signer, Trust
+from tests._cli import in_process
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "suites" / "stub"
@@ -33,10 +32,7 @@ SUITE = REPO / "suites" / "stub"
 
 def evalkit(*args: str) -> subprocess.CompletedProcess[str]:
     """``evalkit ARGS`` in this process: its exit code, stdout and stderr."""
-    result = CliRunner().invoke(main, list(args))
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+    return in_process(args)
 
 
 @pytest.fixture(scope="module")

@@ -158,7 +158,7 @@ def _missions_problems(rules: Rules, missions: tuple[Mission, ...],
 
 
 #: Missions looked at as one share, and how many a process must have to look at to repay
-#: its start (a mission's rules cost a fifth of judging its run).
+#: its start (a mission's rules cost a third of judging its run, or less).
 SHARE, PER_WORKER = 1024, 5000
 
 

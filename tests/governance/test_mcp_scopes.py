@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from evalkit.cli import main
 from evalkit.contract import PROFILES
 from evalkit.errors import EvalkitError
 from evalkit.runtime.command import mission_command
@@ -31,6 +30,7 @@ from evalkit.runtime.governance.skills import parse_manifest
 from evalkit.runtime.replay.plane import descriptor_of
 from evalkit.runtime.tools import Declared, ResultStore, ToolPlane
 from evalkit.runtime.tools.mcp_scopes import hints_of, scopes_of
+from tests._cli import in_process
 from tests.governance.conftest import (
     STUB,
     RunGoverned,
@@ -66,15 +66,7 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     the governed folders there and no other EVALKIT_ setting), in this process."""
     env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("EVALKIT_")}
     env.update(clean_env(tmp_path))
-    before = Path.cwd()
-    os.chdir(tmp_path)
-    try:
-        result = CliRunner().invoke(main, list(args), env=env)
-    finally:
-        os.chdir(before)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+    return in_process(args, cwd=tmp_path, env=env)
 
 
 # -- the rule, on its own ------------------------------------------------------------------------
