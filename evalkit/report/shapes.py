@@ -42,6 +42,10 @@ def check_report(report: dict[str, Any], where: str) -> None:
             _refuse(where, f"its {name} is {_shown(report[name])}, not a string")
     if report.get("halves") is not None and not isinstance(report["halves"], dict):
         _refuse(where, f"its halves is {_shown(report['halves'])}, not an object")
+    for half, data in (report.get("halves") or {}).items():
+        problem = _half_problem(data)
+        if problem:
+            _refuse(where, f"its halves.{half} {problem}")
     verdicts = report.get("verdicts")
     if not isinstance(verdicts, list):
         _refuse(where, "it has no verdicts list")
@@ -67,6 +71,22 @@ def _check_named(where: str, items: list[Any], label: str, field: str, *, naming
         problem = problem_of(item)
         if problem:
             _refuse(where, f"{label}[{i}] ({called} {name!r}) has {problem}")
+
+
+def _half_problem(data: Any) -> str | None:
+    """What is wrong with one half of ``halves``, as far as the report reads it (how many
+    test missions its totals count, to say a held-out half is too small)."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        return f"is {_shown(data)}, not an object"
+    totals = data.get("totals")
+    if totals is not None and not isinstance(totals, dict):
+        return f"has {_field(data, 'totals')}, not an object"
+    held = (totals or {}).get("missions")
+    if held is not None and (isinstance(held, bool) or not isinstance(held, int)):
+        return f"has {_field(totals, 'missions', 'totals.')}, not a whole number"
+    return None
 
 
 def _verdict_problem(v: dict[str, Any]) -> str | None:

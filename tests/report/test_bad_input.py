@@ -244,6 +244,14 @@ DAMAGE = {
     "duplicate key": (lambda r: {**r, "verdicts": [*r["verdicts"], r["verdicts"][0]]},
                       "both have key 't0'"),
     "halves x": (lambda r: {**r, "halves": "x"}, 'its halves is "x"'),
+    # found by the fuzzer below: the report read how many test missions a list counts
+    "halves.test [null]": (lambda r: {**r, "halves": {**r["halves"], "test": [None]}},
+                           "its halves.test is [null], not an object"),
+    "halves.test.totals 1": (lambda r: {**r, "halves": {**r["halves"], "test": {"totals": 1}}},
+                             "its halves.test has totals 1, not an object"),
+    "halves.test.totals.missions x": (
+        lambda r: {**r, "halves": {**r["halves"], "test": {"totals": {"missions": "x"}}}},
+        'its halves.test has totals.missions "x", not a whole number'),
 }
 
 
