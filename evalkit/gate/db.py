@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -45,13 +46,32 @@ def connect(path: Path | str, *, what: str = "governance database") -> sqlite3.C
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                timeout=BUSY_TIMEOUT_MS / 1000)
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA journal_mode=WAL")
+        _enter_wal(conn)
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
     except (OSError, sqlite3.Error) as exc:  # every caller says it the same way
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise EvalkitError(f"cannot open the {what} {path}: {why}") from None
     return conn
+
+
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    """Switch a new database to WAL, waiting out other openers doing the same.
+
+    The switch needs the exclusive lock, and SQLite answers "database is locked" at
+    once, without its busy handler, when another opener holds a shared lock meanwhile
+    (two connections racing on a fresh file). So the wait is done here, within the
+    same bound as every other writer's.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
 
 
 @contextlib.contextmanager

@@ -69,6 +69,31 @@ def test_threads_racing_on_one_key_run_it_once(tmp_path: Path) -> None:
     assert book.get("run1:1:0").attempts == 1 and book.verify_chain()[0]
 
 
+@pytest.mark.slow
+def test_openers_racing_on_a_fresh_file_all_open(tmp_path: Path) -> None:
+    """N openers released at once on a new database: the switch to WAL must wait for the
+    others, not fail with "database is locked" (found by the test above in CI, 1 run in
+    about 50 here). Many fresh files, because one race loses rarely."""
+    failures: list[str] = []
+
+    def opener(path: Path, barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            Ledger(path).close()
+        except Exception as exc:  # noqa: BLE001 - any failure to open is the finding
+            failures.append(str(exc))
+
+    for trial in range(100):
+        barrier = threading.Barrier(N)
+        path = tmp_path / f"gov{trial}.sqlite"
+        threads = [threading.Thread(target=opener, args=(path, barrier)) for _ in range(N)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert failures == []
+
+
 def _process_caller(db: str, counter: str, barrier, results) -> None:
     book = Ledger(db)
     barrier.wait()
