@@ -5,10 +5,13 @@ state folder (``evalkit.store.state``); a test run must neither read a
 developer's nor leave keys and runs behind, so ``EVALKIT_HOME`` points into
 the session's temporary folder — for this process and every one it spawns.
 
-A unit test's tool plane gets its stub MCP server forked, behind the relay, from a
-fork server that has imported it (``evalkit.forkserver``): still a server process
-spoken to over stdio, at a tenth of the cost of spawning one. Tests marked ``slow``
-spawn theirs, so the plain spawn stays covered (``EVALKIT_FORKSERVER=off``: all do).
+A tool plane gets its stub MCP server forked, behind the relay, from the session's
+fork server, which has imported it (``evalkit.forkserver``): still a server process
+spoken to over stdio, at a tenth of the cost of spawning one. The server is named to
+every process the session spawns too (``client.SOCKET_ENV``), so a spawned ``evalkit
+mission`` forks its stub from it and a spawned ``evalkit run`` its missions. Tests
+marked ``spawns`` see no session server, so the plain spawn (and a command's own
+fork server) stays covered; with ``EVALKIT_FORKSERVER=off`` nothing is forked.
 """
 
 from __future__ import annotations
@@ -36,30 +39,19 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ[HOME_ENV] = before
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(autouse=True, scope="session")
 def _stub_fork_server() -> Iterator[ForkServer]:
-    server = ForkServer()  # started by the first unit test that asks
+    server = ForkServer()
+    if not client.switched_off() and server._started():
+        os.environ[client.SOCKET_ENV] = str(server.address)
     try:
         yield server
     finally:
+        os.environ.pop(client.SOCKET_ENV, None)
         server.close()
 
 
 @pytest.fixture(autouse=True)
-def _forked_stub_planes(request: pytest.FixtureRequest, _stub_fork_server: ForkServer,
-                        monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.node.get_closest_marker("slow") is None and not client.switched_off() \
-            and _stub_fork_server._started():
-        monkeypatch.setattr(client, "forked_by", _stub_fork_server.address)
-
-
-@pytest.fixture(scope="module")
-def shared_fork_server(_stub_fork_server: ForkServer) -> Iterator[None]:
-    """``run``, ``measure`` and ``conform`` of the built-in runtime, called in this process,
-    fork their missions from the session's fork server (the unit tests' stub planes' own)
-    instead of starting one per command and paying its imports: ``client.serving`` starts
-    one only when none is serving. With ``EVALKIT_FORKSERVER=off`` nothing is forked."""
-    with pytest.MonkeyPatch.context() as patch:
-        if not client.switched_off():
-            patch.setattr(client, "_active", _stub_fork_server)
-        yield
+def _spawning(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("spawns") is not None:
+        monkeypatch.delenv(client.SOCKET_ENV, raising=False)

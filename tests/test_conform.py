@@ -135,7 +135,6 @@ def _failed(spawn: tuple[str, ...], tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("shared_fork_server")
 def test_the_builtin_runtime_passes(tmp_path: Path) -> None:
     result = conform((), out=tmp_path / "conform")
     assert result.failed() == []

@@ -37,6 +37,12 @@ from evalkit.forkserver.wire import SERVED, receive, send, served
 #: The fork server this process's MCP servers may be forked from: set in a process that
 #: server forked (a test session sets it for its unit tests' stub planes).
 forked_by: str | None = None
+#: A running fork server's socket (``ForkServer.address``): a process that server did not
+#: fork uses it all the same, for its stub MCP servers (``relayed``) and for ``run``'s
+#: missions (``serving``), instead of paying for imports of its own. A test session sets
+#: it for the commands it spawns. Only a server's owner can reach its socket (a private
+#: folder, hidden from sandboxed code); a socket that does not answer means a spawn.
+SOCKET_ENV = "EVALKIT_FORKSERVER_SOCKET"
 #: How long the server may take to import what it preloads before missions are spawned.
 START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 10.0
@@ -47,10 +53,17 @@ _active: ForkServer | None = None
 
 
 def relayed(argv: Sequence[str]) -> list[str]:
-    """``argv``, or the relay that has ``forked_by`` fork it (when it serves ``argv``)."""
-    if forked_by is None or not served(argv):
+    """``argv``, or the relay that has ``forked_by`` (else the server ``SOCKET_ENV`` names)
+    fork it, when it serves ``argv``."""
+    via = forked_by or _named()
+    if via is None or not served(argv):
         return list(argv)
-    return [sys.executable, "-S", _WIRE, forked_by, "--", *argv]
+    return [sys.executable, "-S", _WIRE, via, "--", *argv]
+
+
+def _named() -> str | None:
+    """The running server ``SOCKET_ENV`` names, unless forking is switched off."""
+    return None if switched_off() else os.environ.get(SOCKET_ENV) or None
 
 
 def switched_off() -> bool:
@@ -60,12 +73,14 @@ def switched_off() -> bool:
 
 @contextlib.contextmanager
 def serving() -> Iterator[None]:
-    """Fork the built-in runtime's missions while this lasts (``popen``)."""
+    """Fork the built-in runtime's missions while this lasts (``popen``), from the server
+    ``SOCKET_ENV`` names, else from one of this process's own."""
     global _active
     if _active is not None or switched_off():
         yield
         return
-    server = _active = ForkServer()
+    named = _named()
+    server = _active = ForkServer(address=named) if named else ForkServer()
     try:
         yield
     finally:
@@ -129,16 +144,18 @@ class ForkServer:
     """One fork server process, started on the first request it can serve (``python -m``
     of one of ``modules``): run by ``wrap`` when given (a command that runs the rest of
     its line, such as ``unshare -rn``: what the server forks is where it is), with
-    ``env`` when given (else this process's environment)."""
+    ``env`` when given (else this process's environment). Given an ``address``, it is
+    the running server listening there instead: asked, never started or stopped here."""
 
     def __init__(self, modules: tuple[str, ...] = SERVED, *, wrap: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, address: str | None = None) -> None:
         self.modules = modules
         self.wrap, self.env = tuple(wrap), env
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._folder: str | None = None
-        self.address: str | None = None
+        self.address: str | None = address
+        self._owned = address is None
         #: Why it does not serve (it failed to start, or died); None while it may.
         self.broken: str | None = None
         #: Why the last request was spawned instead (for tests and diagnosis).
@@ -194,7 +211,7 @@ class ForkServer:
 
     def _started(self) -> bool:
         with self._lock:
-            if self._proc is None and self.broken is None:
+            if self._owned and self._proc is None and self.broken is None:
                 self._start()
             return self.broken is None
 

@@ -24,7 +24,7 @@ from evalkit.forkserver.client import Forked, ForkServer
 from evalkit.forkserver.wire import SERVED, interpreter_shape
 from evalkit.runtime.tools.sandbox import Bwrap
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 PROBE = '''
 import json, os, signal, sys, threading, time

@@ -22,7 +22,7 @@ from evalkit.planes import stub_command
 from tests._stream_builders import mission, write_suite
 from tests.harness.conftest import invoke, read_json
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]  # run starts a fork server of its own
 
 
 def stub_suite(folder: Path, naps: dict[str, float]) -> Path:
@@ -165,9 +165,7 @@ def test_the_relay_passes_signals_on_and_a_killed_relay_takes_the_server_with_it
         stub_server: ForkServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(client, "forked_by", stub_server.address)
     relay_argv = client.relayed(stub_command().split())
-    zygote = stub_server._proc
-    assert zygote is not None
-    children = Path(f"/proc/{zygote.pid}/task/{zygote.pid}/children")
+    children = _children(stub_server)
     deadline = time.monotonic() + 10
     while children.read_text().split() and time.monotonic() < deadline:  # an earlier test's
         time.sleep(0.02)
@@ -186,6 +184,53 @@ def test_the_relay_passes_signals_on_and_a_killed_relay_takes_the_server_with_it
         assert relay.stdin is not None and relay.stdout is not None
         relay.stdin.close()
         relay.stdout.close()
+
+
+def _children(server: ForkServer) -> Path:
+    zygote = server._proc
+    assert zygote is not None
+    return Path(f"/proc/{zygote.pid}/task/{zygote.pid}/children")
+
+
+def test_a_spawned_mission_forks_its_stub_from_the_server_its_environment_names(
+        stub_server: ForkServer, tmp_path: Path) -> None:
+    """``EVALKIT_FORKSERVER_SOCKET``: an ``evalkit mission`` no fork server made has the
+    named one fork its stub (seen as that server's child while the mission runs)."""
+    children = _children(stub_server)
+    deadline = time.monotonic() + 10
+    while children.read_text().split() and time.monotonic() < deadline:  # an earlier test's
+        time.sleep(0.02)
+    script = tmp_path / "s.yaml"
+    script.write_text("- '{\"tool\": \"mcp.sleep\", \"arguments\": {\"seconds\": 1}}'\n"
+                      "- '{\"answer\": \"done\"}'\n", encoding="utf-8")
+    argv = [sys.executable, "-m", "evalkit.cli", "mission", "--provider", "scripted",
+            "--script", str(script), "--mcp-stdio", stub_command(), "nap"]
+    env = {**os.environ, "EVALKIT_RUNS": str(tmp_path / "runs"),
+           client.SOCKET_ENV: str(stub_server.address)}
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            cwd=tmp_path, env=env)
+    forked: set[str] = set()
+    while proc.poll() is None:
+        forked.update(children.read_text().split())
+        time.sleep(0.02)
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    assert forked, "the stub was not forked by the named server"
+
+
+def test_run_uses_the_named_server_and_leaves_it_running(
+        stub_server: ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        spawned: list[str], server_folders: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(client.SOCKET_ENV, str(stub_server.address))
+    suite = stub_suite(tmp_path / "suite", {})
+    assert invoke("run", "--suite", suite, "--out", tmp_path / "out", "--quiet", "--split",
+                  "test").exit_code == 0
+    assert spawned == ["Forked"] * 3 and server_folders == []  # none started of its own
+    assert stub_server._proc is not None and stub_server._proc.poll() is None
+    monkeypatch.setenv(client.SOCKET_ENV, str(tmp_path / "no-such-socket"))
+    assert invoke("run", "--suite", suite, "--out", tmp_path / "again", "--quiet", "--split",
+                  "test").exit_code == 0
+    assert spawned[3:] == ["Popen"] * 3  # a server that does not answer: spawned
 
 
 def test_a_forked_mission_is_refused_nothing_a_spawned_one_gets(tmp_path: Path) -> None:

@@ -25,8 +25,7 @@ STAGED = {"absence", "chaining", "disambiguation", "partial", "synthesis"}
 
 #: One worker runs the module (``--dist loadgroup``): the measure of ``demo`` is made once,
 #: not once in each worker that is handed one of its tests.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo_rows"),
-              pytest.mark.usefixtures("shared_fork_server")]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo_rows")]
 
 
 def _lines(path: Path) -> list[dict]:

@@ -19,7 +19,7 @@ T, F = True, False
 
 #: One worker runs the module (``--dist loadgroup``): the matrix of ``measured`` is made
 #: once, not once in each worker that is handed one of the tests that read it.
-pytestmark = [pytest.mark.xdist_group("measure"), pytest.mark.usefixtures("shared_fork_server")]
+pytestmark = pytest.mark.xdist_group("measure")
 
 #: The foreign agent, started without the ``site`` module: it imports only the standard
 #: library, and ``site`` (the .pth files, the editable install's finder) is about a third

@@ -14,7 +14,6 @@ STUB = Path(__file__).resolve().parents[2] / "suites" / "stub"
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("shared_fork_server")
 def test_measure_reports_cost_per_row_with_an_interval_and_the_paired_delta(
         tmp_path: Path) -> None:
     out = tmp_path / "matrix"

@@ -17,7 +17,8 @@ import pytest
 from tests.runtime.conftest import STUB, read_jsonl
 from tests.runtime.test_mission_cli import call, clean_env, evalkit, write_script
 
-pytestmark = pytest.mark.slow  # real evalkit processes and MCP servers over stdio
+# Real evalkit processes and MCP servers over stdio, each spawned (``spawns``).
+pytestmark = [pytest.mark.slow, pytest.mark.spawns]
 
 ENV_SERVER = '''
 import os

@@ -98,6 +98,7 @@ def test_a_crashing_tool_is_a_result_not_an_exception(tmp_path: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.spawns  # the stdio transport to a spawned server
 def test_a_plane_without_mcp_never_imports_the_sdk(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import sys
@@ -116,6 +117,7 @@ def test_a_plane_without_mcp_never_imports_the_sdk(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.spawns  # the stdio transport to a spawned server
 def test_catalogue_mid_run_registration_and_clean_close(tmp_path: Path) -> None:
     before = set(children())
     plane = ToolPlane(tmp_path, ResultStore(), mcp_stdio=[STUB])
@@ -149,6 +151,7 @@ def test_catalogue_mid_run_registration_and_clean_close(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.spawns  # the stdio transport to a spawned server
 def test_two_servers_get_mcp_and_mcp2_and_keep_separate_state(tmp_path: Path) -> None:
     with ToolPlane(tmp_path, ResultStore(), mcp_stdio=[STUB, STUB]) as plane:
         planes = [d.plane for d in plane.catalogue()]
@@ -167,6 +170,7 @@ def test_two_servers_get_mcp_and_mcp2_and_keep_separate_state(tmp_path: Path) ->
 
 
 @pytest.mark.slow
+@pytest.mark.spawns  # the stdio transport to a spawned server
 def test_named_namespace_and_schema_validation_before_the_server(tmp_path: Path) -> None:
     with ToolPlane(tmp_path, ResultStore(), mcp_stdio=[f"assets={STUB}"]) as plane:
         assert plane.descriptor("assets.read_asset") is not None
@@ -178,6 +182,7 @@ def test_named_namespace_and_schema_validation_before_the_server(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.spawns  # the stdio transport to a spawned server
 def test_a_slow_call_times_out_and_the_session_survives(tmp_path: Path) -> None:
     with ToolPlane(tmp_path, ResultStore(), mcp_stdio=[STUB], mcp_call_timeout_s=1) as plane:
         began = time.monotonic()
@@ -198,6 +203,7 @@ def test_half_an_emoji_in_arguments_reaches_the_server_and_the_session_survives(
 
 
 @pytest.mark.slow
+@pytest.mark.spawns  # the stdio transport to a spawned server
 @pytest.mark.parametrize(("command", "says"), [
     ("/nonexistent/evalkit-server", "did not start: No such file or directory"),
     (f"{sys.executable} -c pass", "did not start"),
@@ -213,6 +219,7 @@ def test_a_server_that_does_not_start_is_an_evalkit_error(tmp_path: Path, comman
 
 
 @pytest.mark.slow
+@pytest.mark.spawns  # the stdio transport to a spawned server
 def test_an_unclosed_plane_exits_the_interpreter_cleanly(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import sys
