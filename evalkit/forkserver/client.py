@@ -41,7 +41,8 @@ forked_by: str | None = None
 #: fork uses it all the same, for its stub MCP servers (``relayed``) and for ``run``'s
 #: missions (``serving``), instead of paying for imports of its own. A test session sets
 #: it for the commands it spawns. Only a server's owner can reach its socket (a private
-#: folder, hidden from sandboxed code); a socket that does not answer means a spawn.
+#: folder, hidden from sandboxed code); a socket that does not answer means a spawn. What
+#: it forks runs where that server runs (namespaces, limits, user), not where the asker does.
 SOCKET_ENV = "EVALKIT_FORKSERVER_SOCKET"
 #: How long the server may take to import what it preloads before missions are spawned.
 START_TIMEOUT_S = 60.0
