@@ -57,6 +57,11 @@ def workers_for(items: int, per_worker: int) -> int:
     return max(1, min(cores(), items // per_worker))
 
 
+def spans(items: int, size: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of consecutive shares of ``items`` units, ``size`` at most each."""
+    return [(start, min(start + size, items)) for start in range(0, items, size)]
+
+
 def can_fork() -> bool:
     """Whether worker processes may be forked now: only this thread is running."""
     return hasattr(os, "fork") and threading.active_count() == 1
@@ -118,4 +123,4 @@ def _call(work: Callable[[Any, T], R], item: T) -> R:
     return work(_shared, item)
 
 
-__all__ = ["can_fork", "cores", "ordered", "workers_for"]
+__all__ = ["can_fork", "cores", "ordered", "spans", "workers_for"]

@@ -138,10 +138,8 @@ def _missions_problems(rules: Rules, missions: tuple[Mission, ...],
     as scoring judges them; whether a key is used twice is the one rule that reads
     them all, and is asked here."""
     job = _Missions(rules, missions, positions or tuple(range(len(missions))), bad or {})
-    spans = [(start, min(start + SHARE, len(missions)))
-             for start in range(0, len(missions), SHARE)]
     found = {at: problems for share in parallel.ordered(
-        _share_problems, spans, shared=job,
+        _share_problems, parallel.spans(len(missions), SHARE), shared=job,
         workers=parallel.workers_for(len(missions), PER_WORKER)) for at, problems in share}
     problems: list[str] = []
     seen: dict[str, int] = {}

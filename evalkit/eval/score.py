@@ -181,10 +181,8 @@ def score(suite: Suite, *, runs: str | Path | None = None,
         source = _Runs(runs_path, mapping, checker if verify else None, pricing)
     if workers is None:
         workers = parallel.workers_for(len(missions), PER_WORKER)
-    spans = [(start, min(start + SHARE, len(missions)))
-             for start in range(0, len(missions), SHARE)]
-    shares = list(parallel.ordered(_judge_share, spans, shared=_Job(missions, source, split),
-                                   workers=workers))
+    shares = list(parallel.ordered(_judge_share, parallel.spans(len(missions), SHARE),
+                                   shared=_Job(missions, source, split), workers=workers))
     if not any(share.there for share in shares):
         raise nothing_to_score(suite.name, source.where)
     return ScoreReport(suite.name, split, shares, verify)
