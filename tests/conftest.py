@@ -16,7 +16,7 @@ fork server) stays covered; with ``EVALKIT_FORKSERVER=off`` nothing is forked.
 
 from __future__ import annotations
 
-import os
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -27,42 +27,26 @@ from evalkit.store.state import HOME_ENV
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _bytecode_kept() -> Iterator[None]:
-    """The processes the tests spawn keep the bytecode they compile, as Python does by
-    default: where the environment forbids it (``PYTHONDONTWRITEBYTECODE``, as on this
-    project's CI machine), each of some hundreds of ``evalkit`` processes compiled every
-    module it imported from a fresh clone's source again, about 0.2 s of CPU apiece."""
-    before = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    try:
-        yield
-    finally:
-        if before is not None:
-            os.environ["PYTHONDONTWRITEBYTECODE"] = before
+def _session_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    """The environment of this process and of every one it spawns, for the session:
 
-
-@pytest.fixture(autouse=True, scope="session")
-def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    before = os.environ.get(HOME_ENV)
-    os.environ[HOME_ENV] = str(tmp_path_factory.mktemp("evalkit-home"))
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(HOME_ENV, None)
-        else:
-            os.environ[HOME_ENV] = before
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _stub_fork_server() -> Iterator[ForkServer]:
+    - its own state folder (``EVALKIT_HOME``);
+    - bytecode kept, as Python keeps it by default: where the environment forbids it
+      (``PYTHONDONTWRITEBYTECODE``, as on this project's CI machine), each of some hundreds
+      of spawned ``evalkit`` processes compiled every module it imported from a fresh
+      clone's source again, about 0.2 s of CPU apiece;
+    - the session's fork server, named (``client.SOCKET_ENV``).
+    """
     server = ForkServer()
-    if not client.switched_off() and server._started():
-        os.environ[client.SOCKET_ENV] = str(server.address)
-    try:
-        yield server
-    finally:
-        os.environ.pop(client.SOCKET_ENV, None)
-        server.close()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(HOME_ENV, str(tmp_path_factory.mktemp("evalkit-home")))
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        if not client.switched_off() and server._started():
+            patch.setenv(client.SOCKET_ENV, str(server.address))
+        try:
+            yield server
+        finally:
+            server.close()
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +58,5 @@ def _spawning(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection imported lives to the end of the session: the collector need not
     walk it again on every full pass while the tests run."""
-    import gc
-
     gc.collect()
     gc.freeze()
