@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -65,9 +65,6 @@ class Offline(ForkServer):
     """A fork server started inside ``wrap`` (the empty network namespace) with ``env``
     (the ``sitecustomize`` that blocks sockets on its path): what it forks is offline too."""
 
-    def __init__(self, wrap: Sequence[str], env: dict[str, str]) -> None:
-        super().__init__(wrap=wrap, env=env)
-
     def run(self, argv: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> tuple[int, str, str]:
         """``argv`` forked here (else spawned inside ``wrap``): exit code, stdout, stderr."""
@@ -99,7 +96,7 @@ def offline(
         [sys.executable, "-c", "import socket; socket.create_connection(('127.0.0.1', 9))"],
         env=env, capture_output=True, text=True, timeout=60, check=False)
     assert control.returncode != 0 and "network blocked" in control.stderr
-    server = Offline(_namespace(), env)
+    server = Offline(wrap=_namespace(), env=env)
     try:
         yield server, root, env
     finally:

@@ -161,14 +161,22 @@ def test_behind_the_relay_the_stub_is_the_same_mcp_server_over_stdio(
     assert tools_through(client.relayed(argv)) == direct
 
 
+def _idle_children(server: ForkServer) -> Path:
+    """The file listing the server's children, once an earlier test's have gone."""
+    zygote = server._proc
+    assert zygote is not None
+    children = Path(f"/proc/{zygote.pid}/task/{zygote.pid}/children")
+    deadline = time.monotonic() + 10
+    while children.read_text().split() and time.monotonic() < deadline:  # an earlier test's
+        time.sleep(0.02)
+    return children
+
+
 def test_the_relay_passes_signals_on_and_a_killed_relay_takes_the_server_with_it(
         stub_server: ForkServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(client, "forked_by", stub_server.address)
     relay_argv = client.relayed(stub_command().split())
-    children = _children(stub_server)
-    deadline = time.monotonic() + 10
-    while children.read_text().split() and time.monotonic() < deadline:  # an earlier test's
-        time.sleep(0.02)
+    children = _idle_children(stub_server)
     for sig, code in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGKILL, -signal.SIGKILL)):
         relay = subprocess.Popen(relay_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  cwd=tmp_path, start_new_session=True)
@@ -186,20 +194,11 @@ def test_the_relay_passes_signals_on_and_a_killed_relay_takes_the_server_with_it
         relay.stdout.close()
 
 
-def _children(server: ForkServer) -> Path:
-    zygote = server._proc
-    assert zygote is not None
-    return Path(f"/proc/{zygote.pid}/task/{zygote.pid}/children")
-
-
 def test_a_spawned_mission_forks_its_stub_from_the_server_its_environment_names(
         stub_server: ForkServer, tmp_path: Path) -> None:
     """``EVALKIT_FORKSERVER_SOCKET``: an ``evalkit mission`` no fork server made has the
     named one fork its stub (seen as that server's child while the mission runs)."""
-    children = _children(stub_server)
-    deadline = time.monotonic() + 10
-    while children.read_text().split() and time.monotonic() < deadline:  # an earlier test's
-        time.sleep(0.02)
+    children = _idle_children(stub_server)
     script = tmp_path / "s.yaml"
     script.write_text("- '{\"tool\": \"mcp.sleep\", \"arguments\": {\"seconds\": 1}}'\n"
                       "- '{\"answer\": \"done\"}'\n", encoding="utf-8")
