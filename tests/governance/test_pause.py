@@ -12,8 +12,8 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -50,8 +50,7 @@ def _pause(tmp_path: Path, env: dict[str, str]) -> tuple[str, str]:
     return records[0]["run_id"], records[-2]["approval_id"]
 
 
-@dataclass(frozen=True)
-class Paused:
+class Paused(NamedTuple):
     """A folder as ``_pause`` left it (with ``_env``), and the run and approval it paused on."""
 
     folder: Path
@@ -99,8 +98,7 @@ def _approve(tmp_path: Path, approval_id: str, env: dict[str, str]) -> None:
 
 
 def test_two_resumes_race_one_runs_the_approved_call_and_pauses_again(paused: Paused) -> None:
-    folder, env, run_id, approval_id = (paused.folder, paused.env, paused.run_id,
-                                         paused.approval_id)
+    folder, env, run_id, approval_id = paused
     saved = _checkpoints(folder).get(approval_id)
     assert saved is not None and (saved.state, saved.run_id, saved.sealed) == (
         "pending", run_id, True)
@@ -135,8 +133,7 @@ def test_two_resumes_race_one_runs_the_approved_call_and_pauses_again(paused: Pa
 
 
 def test_a_resume_after_the_checkpoint_expired_is_refused(paused: Paused) -> None:
-    folder, env, run_id, approval_id = (paused.folder, paused.env, paused.run_id,
-                                         paused.approval_id)
+    folder, env, run_id, approval_id = paused
     _approve(folder, approval_id, env)
     later = _checkpoints(folder, clock=lambda: time.time() + PAUSE_SECONDS + 1)
     assert later.expire_due() == [approval_id]
@@ -152,8 +149,7 @@ def test_a_resume_after_the_checkpoint_expired_is_refused(paused: Paused) -> Non
 
 
 def test_deny_rejects_the_checkpoint_without_opening_it(paused: Paused) -> None:
-    folder, env, run_id, approval_id = (paused.folder, paused.env, paused.run_id,
-                                         paused.approval_id)
+    folder, env, run_id, approval_id = paused
     # with the data keys gone the checkpoint cannot be opened; rejecting it does not need to
     for key in (folder / "home" / "keys" / "checkpoint").glob("*.key"):
         key.unlink()
@@ -170,8 +166,7 @@ def test_deny_rejects_the_checkpoint_without_opening_it(paused: Paused) -> None:
 
 
 def test_a_withdrawn_checkpoint_refuses_an_approved_resume(paused: Paused) -> None:
-    folder, env, run_id, approval_id = (paused.folder, paused.env, paused.run_id,
-                                         paused.approval_id)
+    folder, env, run_id, approval_id = paused
     _approve(folder, approval_id, env)
     _checkpoints(folder).reject(approval_id, operator="ops", reason_code="withdrawn")
     items = [call("mcp.submit", **SUBMIT), answer("done")]
@@ -183,8 +178,7 @@ def test_a_withdrawn_checkpoint_refuses_an_approved_resume(paused: Paused) -> No
 
 def test_a_run_that_moved_on_since_its_pause_fails_the_lease_state_invalid(
         paused: Paused) -> None:
-    folder, env, run_id, approval_id = (paused.folder, paused.env, paused.run_id,
-                                         paused.approval_id)
+    folder, env, run_id, approval_id = paused
     _approve(folder, approval_id, env)
     # resumed without the approval, the model asks again: a second pause, a second checkpoint
     again = _run(folder, _resume(folder, run_id, None, [call("mcp.submit", **SUBMIT)],
@@ -234,8 +228,7 @@ def test_resumers_racing_through_take_get_one_lease(paused: Paused,
     from evalkit.runtime.resume import open_resume
     from evalkit.store.runstore import RunStore
 
-    folder, env, run_id, approval_id = (paused.folder, paused.env, paused.run_id,
-                                         paused.approval_id)
+    folder, env, run_id, approval_id = paused
     monkeypatch.setenv("EVALKIT_HOME", env["EVALKIT_HOME"])  # the key the run was signed with
     record = approve(ApprovalStore(folder / "approvals"), approval_id, decided_by="dana")
     settings = MissionSettings(objective="", resume=run_id, provider="scripted", script="x")
