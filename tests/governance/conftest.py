@@ -10,7 +10,6 @@ the test's tmp directory — and returns everything the run left behind.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +34,7 @@ from tests._agent import (  # noqa: F401 (re-exported)
     read_jsonl,
     write_script,
 )
+from tests._env import without_settings
 
 needs_bwrap = pytest.mark.skipif(not Bwrap.available(), reason=Bwrap.unavailable() or "")
 
@@ -133,12 +133,11 @@ def governed(tmp_path: Path) -> RunGoverned:
 
 
 def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    """This environment minus EVALKIT_*, with every governed folder under ``tmp_path``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_") or k == "EVALKIT_HOME"}
-    env.update(EVALKIT_RUNS=str(tmp_path / "runs"), EVALKIT_AUDIT=str(tmp_path / "audit"),
-               EVALKIT_APPROVALS=str(tmp_path / "approvals"))
-    env.update(extra)
-    return env
+    """This environment minus EVALKIT_* (the session's state folder and fork server aside:
+    ``tests/conftest.py``), with every governed folder under ``tmp_path``."""
+    governed = {"EVALKIT_RUNS": str(tmp_path / "runs"), "EVALKIT_AUDIT": str(tmp_path / "audit"),
+                "EVALKIT_APPROVALS": str(tmp_path / "approvals")}
+    return without_settings(**{**governed, **extra})
 
 
 def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,

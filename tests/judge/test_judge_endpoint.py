@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from evalkit.store import layout
+from tests._env import without_settings
 from tests._offline import blocking_site
 from tests.judge._lab import lab
 
@@ -25,11 +26,9 @@ VERDICT = '{"grade": "pass", "score": 0.9, "reasons": []}'
 
 def evalkit(*args: object, site: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     path = os.pathsep.join(str(p) for p in (site, ROOT) if p is not None)
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith("EVALKIT_") or k == "EVALKIT_HOME"}
     return subprocess.run([sys.executable, "-m", "evalkit.cli", *map(str, args)],
                           capture_output=True, timeout=120, check=False,
-                          env={**clean, "PYTHONPATH": path, **env})
+                          env=without_settings(PYTHONPATH=path, **env))
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from evalkit.contract import CLI_FLAGS, conforms
 from evalkit.runtime.command import NOT_YET, mission_command
 from evalkit.store.reader import read_stream
+from tests._env import without_settings
 from tests.runtime.conftest import STUB, read_jsonl
 
 SLOW_CODE = "import time\nprint('started', flush=True)\ntime.sleep(30)\n"
@@ -31,10 +32,7 @@ def call(tool: str, **arguments: Any) -> str:
     return json.dumps({"tool": tool, "arguments": arguments})
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALKIT_") or k == "EVALKIT_HOME"}
-    env.update(extra)
-    return env
+clean_env = without_settings
 
 
 def evalkit(*args: str) -> list[str]:
