@@ -16,6 +16,7 @@ import os
 import pwd
 import secrets
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from evalkit.forkserver.client import ForkServer
 from evalkit.runtime.tools import sandbox as sandbox_module
 from evalkit.runtime.tools.cgroups import candidates, find
 from evalkit.runtime.tools.codetools import CodeRunner
@@ -241,6 +243,51 @@ def test_mount_operations_and_privileged_writes_are_refused(who: Who, arena: Are
         assert not result["ok"], (who.name, name, result)
         assert "wrote" not in result["output"] and "moved" not in result["output"], (name, result)
     assert not planted.exists() and not host_tmp.exists()
+    assert arena.untouched()
+
+
+# -- the harness's fork server ---------------------------------------------------------------
+
+
+@pytest.fixture
+def fork_server() -> Iterator[ForkServer]:
+    """A fork server as ``run`` or a test session starts one on the host: it forks evalkit
+    with whatever environment and folder a request names, outside any sandbox."""
+    server = ForkServer()
+    if not server._started():
+        pytest.skip(f"no fork server here: {server.broken}")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_sandboxed_code_cannot_reach_the_fork_server_even_knowing_its_socket(
+        who: Who, arena: Arena, fork_server: ForkServer) -> None:
+    """The agent knows the socket (``EVALKIT_FORKSERVER_SOCKET`` may name it) and would ask
+    the server to fork ``evalkit`` with a host folder to write: the socket must not be
+    there to connect to, by its path, by the folder's pattern or through the server's /proc."""
+    socket_path = str(fork_server.address)
+    assert fork_server._proc is not None
+    zygote = fork_server._proc.pid
+    ask = ("import socket; s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET); "
+           f"s.connect({socket_path!r}); print('CONNECTED')")
+    attempts = {
+        "the named socket": f"ls -la {socket_path} && echo SEEN",
+        "any fork server's folder": "ls -d /tmp/evalkit-fork-* && echo SEEN",
+        "the server's root through /proc": f"ls /proc/{zygote}/root/tmp && echo SEEN",
+        "a connection": f"python3 -c {shlex.quote(ask)} || python -c {shlex.quote(ask)}",
+    }
+
+    def attempt() -> dict[str, Any]:
+        runner = CodeRunner(arena.root, Bwrap(), timeout_s=20)
+        return {name: shell(runner, command) for name, command in attempts.items()}
+
+    results = who.run(attempt)
+    for name, result in results.items():
+        said = result["output"] or ""
+        assert not result["ok"] and "SEEN" not in said and "CONNECTED" not in said, \
+            (who.name, name, result)
     assert arena.untouched()
 
 
