@@ -50,7 +50,11 @@ class Mission:
     None, or a field's default, means not given.
     """
 
-    __slots__ = (*_CORE, "settings", "line")
+    # ``__dict__`` holds the check fields the suite gave, and is ``settings`` itself: an
+    # attribute read finds a given value there before ``_CheckField`` (which answers only
+    # the defaults), at the cost of a plain lookup (the checks read their fields for every
+    # verdict).
+    __slots__ = (*_CORE, "settings", "line", "__dict__")
 
     key: str
     flag: str
@@ -87,6 +91,7 @@ class Mission:
         put(self, "split", split)
         put(self, "flags", flags)
         put(self, "settings", given)
+        put(self, "__dict__", given)
         put(self, "line", line)
 
     def __getattr__(self, name: str) -> Any:
@@ -128,12 +133,13 @@ class Mission:
 
 
 class _CheckField:
-    """A check field read as an attribute: what the suite gave, else the field's default.
+    """A check field read as an attribute and not given by the suite: the field's default.
 
     Installed on ``Mission`` the first time each field is read (a lookup that
-    falls through to ``__getattr__`` costs ten times a slot's, and the checks
-    read their fields for every verdict). A check taken out of the registry
-    takes its field with it: reading it is an ``AttributeError`` again.
+    falls through to ``__getattr__`` costs ten times a slot's). A given value
+    is found in the mission's ``__dict__`` first, as for any descriptor without
+    ``__set__``. A check taken out of the registry takes its field with it:
+    reading it is an ``AttributeError`` again.
     """
 
     __slots__ = ("name",)
@@ -144,16 +150,10 @@ class _CheckField:
     def __get__(self, mission: Mission | None, owner: type | None = None) -> Any:
         if mission is None:
             return self
-        value = mission.settings.get(self.name, _ABSENT)
-        if value is not _ABSENT:
-            return value
         spec = field(self.name)
         if spec is None:
             raise AttributeError(f"a Mission has no field {self.name!r}")
         return spec.default
-
-
-_ABSENT: Any = object()
 
 
 def _rebuild(fields: dict[str, Any], line: int | None) -> Mission:

@@ -78,13 +78,13 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
         return _verdict(mission, [("empty_stream", "the stream is empty: the run failed")],
                         missing=False, kpis=kpis_of(summary), source=source)
     called = distinct(summary.tools_called)
-    found = _stream_reasons(summary) + machine_reasons(mission, summary)
+    configured = checks.configured(mission.settings)
+    found = _stream_reasons(summary) + _reasons(configured, mission, summary)
     verdict = _verdict(mission, found, missing=False, kpis=kpis_of(summary, tools=called),
                        source=source)
-    if mission.settings:
-        for check in checks.configured(mission.settings):
-            if check.note is not None:
-                verdict.extra[check.name] = check.note(mission, summary)
+    for check in configured:
+        if check.note is not None:
+            verdict.extra[check.name] = check.note(mission, summary)
     return verdict
 
 
@@ -146,8 +146,12 @@ def __getattr__(name: str) -> Any:
 def machine_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
     """(check, sentence) for every check the mission sets that the run fails, in the
     registry's order."""
+    return _reasons(checks.configured(m.settings), m, s)
+
+
+def _reasons(configured: list[checks.Check], m: Mission, s: RunSummary) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    for check in checks.configured(m.settings):
+    for check in configured:
         for said in check.judge(m, s):  # most yield nothing: no list made per check
             found.append(check.named(said))
     return found
