@@ -59,9 +59,10 @@ from evalkit.eval.suite_text import (
     SUITE_FILES,
     UNREADABLE,
     SuiteError,
+    decoded,
     large_json,
     parse,
-    read_text,
+    read_bytes,
 )
 from evalkit.eval.suite_text import Tree as _Tree  # suite_pieces builds with it
 from evalkit.eval.suite_text import counted as counted
@@ -165,8 +166,8 @@ class Loaded:
 def load_suite(path: str | Path) -> Suite:
     """Read a suite file (or a directory holding one); raise ``SuiteError`` if it is not one."""
     file = _suite_file(Path(path))
-    text = read_text(file)
-    large = large_json(text)
+    raw = read_bytes(file)
+    large = large_json(raw)
     if large is not None:
         # Build a large JSON suite without its YAML node tree; compose the tree
         # only when there is a problem whose line it can name.
@@ -174,7 +175,7 @@ def load_suite(path: str | Path) -> Suite:
             return _Builder(file, _Tree(), default_name(Path(path))).suite(large)
         except SuiteError:
             pass
-    data, tree = parse(file, text)
+    data, tree = parse(file, decoded(file, raw))
     return _Builder(file, tree, default_name(Path(path))).suite(data)
 
 
@@ -243,9 +244,10 @@ class _Builder:
         self.positions: tuple[int, ...] = ()
         self.partial: list[tuple[int, Mission, frozenset[str]]] = []
         self.kinds = mission_kinds()
-        #: Field -> the one type its value may have to be stored as it is (strings, flags
-        #: and counts; a bool is no int here): the common case, checked without ``value``.
-        self.exact = {name: _EXACT[kind] for name, kind in self.kinds.items() if kind in _EXACT}
+        #: Field -> the one type its value has in the common case, checked without ``value``:
+        #: str, bool or int (a bool is no int here) stored as it is, or a list (of strings,
+        #: stored as a tuple).
+        self.plain = {name: _PLAIN[kind] for name, kind in self.kinds.items() if kind in _PLAIN}
 
     def find(self, steps: tuple[str | int, ...]) -> tuple[yaml.Node | None, yaml.Node | None]:
         """Walk the node tree: (the node whose line names the step, the value's node)."""
@@ -430,17 +432,21 @@ class _Builder:
             self.duplicates(_where(raw, index), steps)
         values: dict[str, Any] = {}
         bad: set[str] = set()
-        kinds, exact = self.kinds, self.exact
+        kinds, plain = self.kinds, self.plain
         for name, value in raw.items():
+            shape = plain.get(name) if type(name) is str else None
+            if type(value) is shape:  # the common case, stored as ``value`` stores it
+                if shape is not list:
+                    values[name] = value
+                    continue
+                if _ONLY_STR.issuperset(map(type, value)):
+                    values[name] = tuple(value)
+                    continue
             kind = kinds.get(name) if type(name) is str else None
             if kind is None:
                 self.unknown(_where(raw, index), name, list(kinds), (*steps, str(name)))
             elif value is None:
                 continue  # an empty value means "not given"
-            elif type(value) is exact.get(name):
-                values[name] = value  # as ``value`` stores it
-            elif kind == _STRS and type(value) is list and _ONLY_STR.issuperset(map(type, value)):
-                values[name] = tuple(value)  # as ``value`` stores it
             else:
                 ok, stored = self.value(_where(raw, index), name, kind, value, (*steps, name))
                 if ok:
@@ -525,8 +531,9 @@ def _kind(name: Any, table: dict[str, str]) -> str | None:
     return table.get(name) if isinstance(name, str) else None
 
 
-#: The one type a value of each kind can have to be stored as it is (a bool is no int here).
-_EXACT: dict[str, type] = {_STR: str, _BOOL: bool, _INT: int}  # a number goes the long way
+#: The type a value of each kind has in the common case (see ``_Builder.plain``); a number,
+#: a mapping and anything else goes the long way, through ``_Builder.value``.
+_PLAIN: dict[str, type] = {_STR: str, _BOOL: bool, _INT: int, _STRS: list}
 _ONLY_STR = frozenset({str})
 
 

@@ -82,7 +82,8 @@ def suite_file(path: Path) -> Path:
     return path
 
 
-def read_text(path: Path) -> str:
+def read_bytes(path: Path) -> bytes:
+    """The suite file's bytes, when it is text at all."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -90,6 +91,11 @@ def read_text(path: Path) -> str:
     if b"\0" in raw:
         raise SuiteError(f"suite {path} is a binary file, not YAML or JSON text",
                          exit_code=UNREADABLE)
+    return raw
+
+
+def decoded(path: Path, raw: bytes) -> str:
+    """A suite file's text from its bytes (``read_bytes``)."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -109,12 +115,13 @@ class Tree:
     repeated: frozenset[int] = frozenset()  # id() of each repeating key node
 
 
-def large_json(text: str) -> Any | None:
-    """The document of a large JSON suite without repeated keys, to be built without its
-    tree; None otherwise (a small one, YAML, anything odd: ``parse`` it)."""
-    if len(text) <= _FAST_PATH_FROM or not text.lstrip().startswith("{"):
+def large_json(raw: bytes) -> Any | None:
+    """The document of a large JSON suite (``read_bytes``) in strict UTF-8 without repeated
+    keys, to be built without its tree; None otherwise (a small one, YAML, a byte-order
+    mark, anything odd: ``parse`` its text)."""
+    if len(raw) <= _FAST_PATH_FROM or not raw.lstrip().startswith(b"{"):
         return None
-    return strict_json.loads(text.encode("utf-8"))
+    return strict_json.loads(raw)
 
 
 def parse(path: Path, text: str) -> tuple[Any, Tree]:
@@ -211,5 +218,5 @@ def _repeated_keys(root: yaml.Node) -> frozenset[int]:
     return frozenset(repeated)
 
 
-__all__ = ["SUITE_FILES", "SuiteError", "Tree", "compose", "counted", "large_json", "parse",
-           "read_text", "suite_file"]
+__all__ = ["SUITE_FILES", "SuiteError", "Tree", "compose", "counted", "decoded", "large_json",
+           "parse", "read_bytes", "suite_file"]
