@@ -459,7 +459,13 @@ def test_as_root_each_call_gets_a_pids_cgroup_that_goes_with_it(tmp_path: Path) 
     assert not call.exists()  # removed as the call returned
 
 
+#: The tests below make or remove call cgroups by hand; one removes every empty one for as
+#: long as it runs, so they take turns in one worker (a folder this test makes is empty).
+_CGROUPS_BY_HAND = pytest.mark.xdist_group("call-cgroups-by-hand")
+
+
 @needs_bwrap
+@_CGROUPS_BY_HAND
 @pytest.mark.skipif(os.getuid() != 0 or find(0) is None,
                     reason="needs root and a pids cgroup evalkit can make here")
 def test_a_sweep_spares_the_empty_cgroup_of_a_live_launcher() -> None:
@@ -482,6 +488,7 @@ def test_a_sweep_spares_the_empty_cgroup_of_a_live_launcher() -> None:
 
 
 @needs_bwrap
+@_CGROUPS_BY_HAND
 @pytest.mark.skipif(os.getuid() != 0 or find(0) is None,
                     reason="needs root and a pids cgroup evalkit can make here")
 def test_calls_run_while_every_empty_cgroup_is_removed_under_them(tmp_path: Path) -> None:
