@@ -26,6 +26,7 @@ from evalkit.runtime.governance import ApprovalStore, AuditLog, Governor, Manife
 from evalkit.runtime.tools import Bwrap, Declared, NoSandbox, ResultStore, ToolPlane
 from evalkit.store.runstore import RunStore
 from evalkit.store.sink import EventSink
+from tests import _forked as forked
 from tests._agent import (  # noqa: F401 (re-exported)
     STUB,
     LeftBehind,
@@ -143,6 +144,6 @@ def clean_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
         timeout: float = 120, **options: Any) -> subprocess.CompletedProcess[str]:
     """``evalkit ARGS`` in ``tmp_path`` (the mission root) with the governed folders there."""
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", *args], cwd=tmp_path,
-                          env=env or clean_env(tmp_path), capture_output=True, text=True,
-                          timeout=timeout, **options)
+    return forked.run([sys.executable, "-m", "evalkit.cli", *args], cwd=tmp_path,
+                      env=env or clean_env(tmp_path), capture_output=True, text=True,
+                      timeout=timeout, **options)

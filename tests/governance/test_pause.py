@@ -19,6 +19,7 @@ import pytest
 
 from evalkit.gate.checkpoints import CheckpointStore
 from evalkit.runtime.pause import PAUSE_SECONDS
+from tests import _forked as forked
 from tests.governance.conftest import STUB, answer, call, clean_env, cli, read_jsonl, write_script
 
 SUBMIT = {"asset_id": "asset.7f3a", "value": 3}
@@ -88,8 +89,8 @@ def _resume(tmp_path: Path, run_id: str, approval_id: str | None, items: list, n
 
 
 def _run(tmp_path: Path, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return forked.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
+                      timeout=120)
 
 
 def _approve(tmp_path: Path, approval_id: str, env: dict[str, str]) -> None:

@@ -17,12 +17,12 @@ import json
 import os
 import secrets
 import string
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import _forked as forked
 from tests.governance.conftest import STUB, answer, call, clean_env, cli, write_script
 
 
@@ -85,7 +85,7 @@ def test_planted_secrets_appear_in_no_file_and_not_on_stderr(tmp_path: Path) -> 
                                         "ap_0123456789abcdef", "approve": True,
                                         "decided_by": ""}).encode() + b"\n")
     os.close(control_write)
-    ran = subprocess.run(
+    ran = forked.run(
         [sys.executable, "-m", "evalkit.cli", "mission", f"use {said}", "--script", str(script),
          "--mcp-stdio", STUB, "--profile", "dev", "--unsandboxed", "--gate-tool", "mcp.submit",
          "--events", str(events), "--control", f"fd:{control_read}", "--api-key", api_key,

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from evalkit.runtime.tools import Bwrap
+from tests import _forked as forked
 
 REPO = Path(__file__).resolve().parents[2]
 STUB = REPO / "suites" / "stub"
@@ -31,8 +32,8 @@ needs_bwrap = pytest.mark.skipif(not Bwrap.available(),
 
 
 def _evalkit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, check=False, timeout=600)
+    return forked.run([sys.executable, "-m", "evalkit.cli", *args], capture_output=True,
+                      text=True, cwd=cwd, check=False, timeout=600)
 
 
 def _attack(out: Path, victims: list[str]) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import _forked as forked
 from tests._agent import answer, call
 from tests._stream_builders import mission, padded
 
@@ -109,8 +110,8 @@ def _suite(root: Path, p: dict[str, str]) -> Path:
 
 
 def _evalkit(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "evalkit.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return forked.run([sys.executable, "-m", "evalkit.cli", *args], cwd=cwd, env=env,
+                      capture_output=True, text=True, timeout=300)
 
 
 def _parquet_text(path: Path) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from evalkit.runtime.mission import MissionSettings
+from tests import _forked as forked
 from tests._offline import blocking_site
 from tests.replay.conftest import STUB, Lab, digest, read_jsonl, without_ids
 from tests.runtime.chat_server import ChatServer
@@ -61,7 +62,7 @@ def test_replay_runs_with_the_endpoint_gone_and_sockets_blocked(lab: Lab) -> Non
         env=env, capture_output=True, text=True, timeout=60)
     assert control.returncode != 0 and "network blocked" in control.stderr
     events = lab.root / "replay.jsonl"
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "evalkit.cli", "replay", run_id, "--events", str(events)],
         cwd=lab.root, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

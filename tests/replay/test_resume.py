@@ -19,6 +19,7 @@ from evalkit.runtime.resume import rebuild
 from evalkit.store.runstore import RunWriter
 from evalkit.store.seal import seal_run
 from evalkit.store.signing import local_signer
+from tests import _forked as forked
 from tests.replay.conftest import STUB, Done, Lab, answer, call, read_jsonl
 
 SLOW_CODE = "import time\nprint('started', flush=True)\ntime.sleep(60)\n"
@@ -178,7 +179,7 @@ def test_a_run_killed_with_9_is_resumed_to_an_answer(lab: Lab) -> None:
     proc.wait(timeout=20)
     [run_dir] = lab.runs.iterdir()
     script = lab.script([call("mcp.add", a=20, b=22), answer("42")], "resume.json")
-    done = subprocess.run(
+    done = forked.run(
         [sys.executable, "-m", "evalkit.cli", "mission", "--resume", run_dir.name,
          "--script", script, "--profile", "dev", "--unsandboxed"],
         cwd=lab.root, env=lab.env(), capture_output=True, text=True, timeout=120)

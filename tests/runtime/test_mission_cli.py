@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from evalkit.contract import CLI_FLAGS, conforms
 from evalkit.runtime.command import NOT_YET, mission_command
 from evalkit.store.reader import read_stream
+from tests import _forked as forked
 from tests._env import without_settings
 from tests.runtime.conftest import STUB, read_jsonl
 
@@ -157,7 +158,7 @@ def test_zero_events_written_exits_nonzero_with_a_reason(tmp_path: Path) -> None
     script = write_script(tmp_path / "s.json", ['{"answer": "lost"}'])
     read_end, write_end = os.pipe()
     os.close(read_end)  # nobody will ever read: every write fails
-    done = subprocess.run(
+    done = forked.run(
         evalkit("x", "--script", str(script), "--events", f"fd:{write_end}"),
         cwd=tmp_path, env=clean_env(EVALKIT_RUNS="off"), pass_fds=(write_end,),
         capture_output=True, text=True, timeout=60)

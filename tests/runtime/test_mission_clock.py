@@ -26,6 +26,7 @@ from evalkit.runtime.backends.openai_compat import OpenAIBackend
 from evalkit.runtime.inflight import OutOfTime, undo_on_abandon, within
 from evalkit.store.reader import read_stream
 from evalkit.store.runstore import lock_held
+from tests import _forked as forked
 from tests.runtime.chat_server import ChatServer
 from tests.runtime.conftest import STUB, RunMission, read_jsonl
 from tests.runtime.test_mission_cli import call, clean_env, evalkit, write_script
@@ -129,7 +130,7 @@ def _mission(tmp_path: Path, *flags: str, script: list[Any] | None = None,
              seconds: float = SECONDS) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     events = tmp_path / "events.jsonl"
     scripted = ("--script", str(write_script(tmp_path / "s.json", script))) if script else ()
-    done = subprocess.run(
+    done = forked.run(
         evalkit("wait", *scripted, "--events", str(events), "--mission-seconds", str(seconds),
                 *flags),
         cwd=tmp_path, env=clean_env(EVALKIT_RUNS=str(tmp_path / "runs"), EVALKIT_AUDIT="off"),

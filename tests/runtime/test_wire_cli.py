@@ -18,6 +18,7 @@ import pytest
 
 from evalkit.eval.taxonomy import INFRA, categorize
 from evalkit.runtime.command import EXIT_CONFIGURATION
+from tests import _forked as forked
 from tests.runtime.conftest import read_jsonl
 from tests.runtime.test_mission_cli import clean_env, evalkit
 
@@ -33,7 +34,7 @@ def run_mission(tmp_path: Path, base_url: str, *flags: str, model: str = "m-cli"
                 timeout: float = 60,
                 **env: str) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
     events = tmp_path / "events.jsonl"
-    done = subprocess.run(
+    done = forked.run(
         evalkit("ask", "--provider", "openai", "--model", model, "--api-base", base_url,
                 "--events", str(events), *flags),
         cwd=tmp_path, capture_output=True, text=True, timeout=timeout,
