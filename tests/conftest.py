@@ -9,7 +9,9 @@ A tool plane gets its stub MCP server forked, behind the relay, from the session
 fork server, which has imported it (``evalkit.forkserver``): still a server process
 spoken to over stdio, at a tenth of the cost of spawning one. The server is named to
 every process the session spawns too (``client.SOCKET_ENV``), so a spawned ``evalkit
-mission`` forks its stub from it and a spawned ``evalkit run`` its missions. Tests
+mission`` forks its stub from it and a spawned ``evalkit run`` its missions; and the
+commands tests start and wait for are forked from it where it serves them
+(``tests/_forked.py``). Tests
 marked ``spawns`` see no session server, so the plain spawn (and a command's own
 fork server) stays covered; with ``EVALKIT_FORKSERVER=off`` nothing is forked.
 """
