@@ -79,7 +79,7 @@ def judge(mission: Mission, summary: RunSummary | None, *, source: str | None = 
                         missing=False, kpis=kpis_of(summary), source=source)
     called = distinct(summary.tools_called)
     configured = checks.configured(mission.settings)
-    found = _stream_reasons(summary) + _reasons(configured, mission, summary)
+    found = _stream_reasons(summary) + machine_reasons(mission, summary, configured)
     verdict = _verdict(mission, found, missing=False, kpis=kpis_of(summary, tools=called),
                        source=source)
     for check in configured:
@@ -143,15 +143,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def machine_reasons(m: Mission, s: RunSummary) -> list[tuple[str, str]]:
+def machine_reasons(m: Mission, s: RunSummary,
+                    configured: list[checks.Check] | None = None) -> list[tuple[str, str]]:
     """(check, sentence) for every check the mission sets that the run fails, in the
-    registry's order."""
-    return _reasons(checks.configured(m.settings), m, s)
-
-
-def _reasons(configured: list[checks.Check], m: Mission, s: RunSummary) -> list[tuple[str, str]]:
+    registry's order (``configured``: those checks, when the caller has asked already)."""
     found: list[tuple[str, str]] = []
-    for check in configured:
+    for check in checks.configured(m.settings) if configured is None else configured:
         for said in check.judge(m, s):  # most yield nothing: no list made per check
             found.append(check.named(said))
     return found
