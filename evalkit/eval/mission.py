@@ -50,11 +50,10 @@ class Mission:
     None, or a field's default, means not given.
     """
 
-    # ``__dict__`` holds the check fields the suite gave, and is ``settings`` itself: an
-    # attribute read finds a given value there before ``_CheckField`` (which answers only
-    # the defaults), at the cost of a plain lookup (the checks read their fields for every
-    # verdict).
-    __slots__ = (*_CORE, "settings", "line", "__dict__")
+    # ``__dict__`` holds the check fields the suite gave (``settings``): an attribute read
+    # finds a given value there before ``_CheckField`` (which answers only the defaults),
+    # at the cost of a plain lookup (the checks read their fields for every verdict).
+    __slots__ = (*_CORE, "line", "__dict__")
 
     key: str
     flag: str
@@ -64,8 +63,6 @@ class Mission:
     because: str
     split: str
     flags: tuple[str, ...]
-    #: The check fields the suite gave (name -> value), in its order; read only.
-    settings: Mapping[str, Any]
     line: int | None
 
     def __init__(self, key: str, flag: str, prompt: str, must: tuple[str, ...] = (),
@@ -90,13 +87,17 @@ class Mission:
         put(self, "because", because)
         put(self, "split", split)
         put(self, "flags", flags)
-        put(self, "settings", given)
         put(self, "__dict__", given)
         put(self, "line", line)
 
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """The check fields the suite gave (name -> value), in its order; read only."""
+        return self.__dict__
+
     def __getattr__(self, name: str) -> Any:
         """A check field met for the first time: from now on ``_CheckField`` answers it."""
-        if name == "settings" or field(name) is None:  # settings unset: nothing is set yet
+        if field(name) is None:
             raise AttributeError(f"a Mission has no field {name!r}")
         check_field = _CheckField(name)
         type.__setattr__(Mission, name, check_field)
