@@ -20,15 +20,16 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from evalkit.eval.suite import load_suite
 from evalkit.forkserver.client import ForkServer
+from tests import _forked as forked
 from tests._offline import blocking_site
 from tests.corpus.conftest import (
     IDS,
@@ -68,22 +69,15 @@ class Offline(ForkServer):
     def run(self, argv: list[str], cwd: Path, env: dict[str, str],
             timeout: float) -> tuple[int, str, str]:
         """``argv`` forked here (else spawned inside ``wrap``): exit code, stdout, stderr."""
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            options = {"stdin": subprocess.DEVNULL, "stdout": out.fileno(),
-                       "stderr": err.fileno(), "cwd": str(cwd), "env": env}
-            proc = self.fork(argv, **options) or subprocess.Popen([*self.wrap, *argv], **options)
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                if isinstance(proc, subprocess.Popen):
-                    proc.kill()
-                    proc.wait()
-                raise AssertionError(f"{argv} ran past {timeout} s") from None
-            said = []
-            for stream in (out, err):
-                stream.seek(0)
-                said.append(stream.read().decode(errors="replace"))
-        return code, said[0], said[1]
+        options: dict[str, Any] = {"input": b"", "cwd": str(cwd), "env": env,
+                                   "timeout": timeout}
+        try:
+            done = forked.through(self, argv, **options) or subprocess.run(
+                [*self.wrap, *argv], capture_output=True, **options)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{argv} ran past {timeout} s") from None
+        return (done.returncode, done.stdout.decode(errors="replace"),
+                done.stderr.decode(errors="replace"))
 
 
 @pytest.fixture(scope="module")
