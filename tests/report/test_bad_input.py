@@ -342,7 +342,8 @@ def _damaged(draw, good: dict[str, Any]) -> Any:
         name, how = draw(_FIELDS), draw(st.sampled_from(["set", "drop", "copy"]))
         if how == "drop":
             holder.pop(name, None)
-        elif how == "copy" and holder is report:
+        elif how == "copy" and holder is report and isinstance(report.get("verdicts"), list) \
+                and report["verdicts"]:  # an earlier step may have dropped or replaced them
             report["verdicts"] = [*report["verdicts"], copy.deepcopy(report["verdicts"][0])]
         else:
             holder[name] = draw(_VALUES)
