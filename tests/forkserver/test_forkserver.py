@@ -34,6 +34,24 @@ if sys.argv[2:] == ["sleep"]:
     time.sleep(60)
 if sys.argv[2:3] == ["exit"]:
     sys.exit(int(sys.argv[3]))
+if sys.argv[2:3] == ["end"]:  # how a program ends, and what its process does then
+    import atexit
+    how = sys.argv[3]
+    atexit.register(lambda: print("atexit ran", file=sys.stderr))
+    def later():
+        time.sleep(0.2)
+        print("the thread ended", file=sys.stderr)
+    threading.Thread(target=later).start()
+    print("still in the buffer", end="")  # stdout is a file: flushed at exit, or lost
+    if how == "message":
+        sys.exit("a message for stderr")
+    if how == "raise":
+        raise ValueError("uncaught")
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    if how == "wide":
+        sys.exit(256 + 3)
+    sys.exit(None)
 
 def handler(h):
     return getattr(h, "__name__", None) or str(h)
@@ -164,6 +182,30 @@ def test_exit_codes_signals_and_timeouts_come_back_as_popen_gives_them(
     os.killpg(proc.pid, signal.SIGTERM)  # what the harness does at a timeout
     assert proc.wait(30) == -signal.SIGTERM
     os.close(read)
+
+
+@pytest.mark.parametrize(("how", "status"), [("none", 0), ("message", 1), ("raise", 1),
+                                             ("interrupt", -signal.SIGINT), ("wide", 3)])
+def test_a_forked_child_ends_as_a_spawned_one(preloaded: ForkServer, work: Path, how: str,
+                                               status: int) -> None:
+    """The child skips the interpreter's teardown of its modules (``server._leave``), and
+    nothing a program sees goes with it: threads joined, atexit run, buffers flushed, the
+    exit status and what ``SystemExit`` or an uncaught exception prints."""
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    ended = []
+    for spawn in (preloaded.fork, subprocess.Popen):
+        proc, read, out = launch(spawn, work, "end", how, env=buffered)
+        os.close(read)
+        ended.append((proc.wait(30), out.read_text(encoding="utf-8")))
+    assert preloaded.last_refusal is None
+    assert ended[0] == ended[1]
+    code, output = ended[0]
+    assert code == status
+    assert "still in the buffer" in output and "the thread ended" in output
+    assert "atexit ran" in output
+    if how == "raise":
+        assert "Traceback" in output and "ValueError: uncaught" in output
+        assert "forkserver" not in output  # from runpy down, as a spawn's
 
 
 def test_children_are_reaped_and_the_server_holds_no_descriptor_of_theirs(
