@@ -233,3 +233,59 @@ def test_an_unclosed_plane_exits_the_interpreter_cleanly(tmp_path: Path) -> None
                          text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (0, "bye\n", "")
     assert time.monotonic() - began < 20
+
+
+#: An MCP server (the official SDK's low-level ``Server``) whose ``take`` changes its schema
+#: once ``swap`` is called, and whose ``loose`` has a schema no meta-schema accepts.
+SHIFTING = textwrap.dedent('''
+    import anyio
+    import mcp.types as types
+    from mcp.server import Server
+    from mcp.server.stdio import stdio_server
+
+    swapped = False
+
+    def tools():
+        kind = "string" if swapped else "integer"
+        return [types.Tool(name="take", input_schema={"type": "object", "required": ["n"],
+                                                      "properties": {"n": {"type": kind}}}),
+                types.Tool(name="swap", input_schema={"type": "object"}),
+                types.Tool(name="loose", input_schema={"type": "object",
+                                                       "properties": {"n": {"type": 12}}})]
+
+    async def list_tools(ctx, params):
+        return types.ListToolsResult(tools=tools())
+
+    async def call_tool(ctx, params):
+        global swapped
+        swapped = swapped or params.name == "swap"
+        text = f"{params.name} ran with {params.arguments}"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    async def serve():
+        server = Server("shifting", on_list_tools=list_tools, on_call_tool=call_tool)
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(serve)
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.spawns  # a server of the test's own, spawned
+def test_arguments_are_checked_against_the_schema_the_server_lists_now(tmp_path: Path) -> None:
+    """A tool's validator is made at its first call (``ToolPlane._check_of``): it must be
+    the schema listed at that moment, made again when a refresh brings a new one, and
+    absent for a schema its meta-schema refuses (the server judges those calls itself)."""
+    server = tmp_path / "shifting.py"
+    server.write_text(SHIFTING, encoding="utf-8")
+    with ToolPlane(tmp_path, ResultStore(), mcp_stdio=[f"{sys.executable} {server}"]) as plane:
+        refused = plane.dispatch("mcp.take", {"n": "seven"})
+        assert refused.error == "invalid arguments for mcp.take: n: 'seven' is not of type 'integer'"
+        assert plane.dispatch("mcp.take", {"n": 7}).output == "take ran with {'n': 7}"
+        assert plane.dispatch("mcp.swap", {}).ok
+        assert plane.refresh() is True
+        assert plane.dispatch("mcp.take", {"n": "seven"}).output == "take ran with {'n': 'seven'}"
+        refused = plane.dispatch("mcp.take", {"n": 7})
+        assert refused.error == "invalid arguments for mcp.take: n: 7 is not of type 'string'"
+        assert plane.dispatch("mcp.loose", {"n": 7}).output == "loose ran with {'n': 7}"

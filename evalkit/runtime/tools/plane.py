@@ -140,9 +140,6 @@ class ToolPlane:
         return [d.as_dict() for d in self.catalogue()] != before
 
     def _rebuild(self) -> None:
-        from jsonschema import exceptions as schema_errors
-        from jsonschema import validators
-
         tools = {d.name: d for d in self._builtins}
         for spec in self._specs:
             for tool in sorted(self._listed.get(spec.namespace, []), key=lambda t: t.name):
@@ -154,20 +151,24 @@ class ToolPlane:
                                              scopes_from=decided.source,
                                              declared_by=decided.declared_by,
                                              annotations=tool.hints)
-        checks: dict[str, Any] = {}
-        for name, desc in tools.items():
-            old = self._tools.get(name)
-            if old is not None and old.parameters == desc.parameters and name in self._validators:
-                checks[name] = self._validators[name]
-                continue
-            cls = validators.validator_for(desc.parameters, default=validators.Draft202012Validator)
-            try:
-                cls.check_schema(desc.parameters)
-                checks[name] = cls(desc.parameters)
-            except schema_errors.SchemaError:
-                checks[name] = None  # a schema we cannot read: the server validates its own
         with self._lock:
-            self._tools, self._validators = tools, checks
+            kept = {name: check for name, check in self._validators.items()
+                    if name in tools and tools[name].parameters == self._tools[name].parameters}
+            self._tools, self._validators = tools, kept
+
+    def _check_of(self, desc: ToolDescriptor) -> Any:
+        """The validator of a tool's arguments (None for a schema that cannot be read: the
+        server validates its own), made at the tool's first call and kept while its
+        schema stays the same. Most of a catalogue is never called, and checking each
+        schema against its meta-schema up front was a fifth of a mission's start."""
+        with self._lock:
+            if desc.name in self._validators and self._tools.get(desc.name) is desc:
+                return self._validators[desc.name]
+        check = _validator(desc.parameters)
+        with self._lock:
+            if self._tools.get(desc.name) is desc:
+                self._validators[desc.name] = check
+        return check
 
     # -- dispatch -----------------------------------------------------------
 
@@ -175,12 +176,12 @@ class ToolPlane:
         """Validate, then run one call; never raises for the call's sake."""
         with self._lock:
             desc = self._tools.get(name)
-            check = self._validators.get(name)
         if desc is None:
             return ToolResult.failure(_unknown(name, [d.name for d in self.catalogue()]), None)
         if not isinstance(arguments, dict):
             return ToolResult.failure(
                 f"arguments for {name} must be a JSON object, not {type(arguments).__name__}", None)
+        check = self._check_of(desc)
         if check is not None:
             problems = _problems(check, arguments)
             if problems:
@@ -227,6 +228,20 @@ def _unknown(name: Any, offered: list[str]) -> str:
     close = difflib.get_close_matches(str(name), offered, n=3, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}?" if close else "it is not in the catalogue"
     return f"unknown tool {name!r}; {hint}"
+
+
+def _validator(schema: Any) -> Any:
+    """A validator for ``schema`` (draft 2020-12 unless it names another), or None when it
+    is not a schema its draft's meta-schema accepts."""
+    from jsonschema import exceptions as schema_errors
+    from jsonschema import validators
+
+    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except schema_errors.SchemaError:
+        return None
+    return cls(schema)
 
 
 def _problems(check: Any, arguments: dict[str, Any]) -> list[str]:
