@@ -63,6 +63,7 @@ PRELOAD = (
     "evalkit.runtime.tools.mcp_client", "evalkit.grounding", "evalkit.signals",
     "evalkit.store.emitter", "evalkit.store.runstore", "evalkit.store.sink",
     "evalkit.store.orphans", "evalkit.store.seal", "evalkit.planes.stub.server",
+    "evalkit.gate.certificates", "evalkit.extras", "rfc8785",
 )
 
 _PEER = struct.Struct("3i")
