@@ -43,7 +43,7 @@ def _session_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[F
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(HOME_ENV, str(tmp_path_factory.mktemp("evalkit-home")))
         patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
-        if not client.switched_off() and server._started():
+        if not client.switched_off() and server.start():
             patch.setenv(client.SOCKET_ENV, str(server.address))
         try:
             yield server

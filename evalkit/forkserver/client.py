@@ -167,7 +167,7 @@ class ForkServer:
              env: Mapping[str, str] | None = None, pass_fds: Sequence[int] = (),
              start_new_session: bool = False, **other: Any) -> Forked | None:
         """Fork ``argv`` with these ``Popen`` options, or None when it should be spawned."""
-        if other or not served(argv, self.modules) or not self._started():
+        if other or not served(argv, self.modules) or not self.start():
             return None
         if not all(s is None or s == subprocess.DEVNULL or (isinstance(s, int) and s >= 0)
                    for s in (stdin, stdout, stderr)):
@@ -210,7 +210,9 @@ class ForkServer:
             return None
         return Forked(conn, reply["pid"], argv, new_session, os.dup(fds[2]))
 
-    def _started(self) -> bool:
+    def start(self) -> bool:
+        """Start the server (one this object owns) if it is not running yet: True while it
+        serves, False once it failed to start or was closed (``broken`` says why)."""
         with self._lock:
             if self._owned and self._proc is None and self.broken is None:
                 self._start()

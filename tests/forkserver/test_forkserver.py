@@ -315,7 +315,7 @@ def _gone(pid: int, within_s: float = 10) -> bool:
 
 @pytest.mark.skipif(not Bwrap.available(), reason=Bwrap.unavailable() or "")
 def test_sandboxed_code_cannot_reach_the_server(server: ForkServer, tmp_path: Path) -> None:
-    assert server._started() and server.address is not None
+    assert server.start() and server.address is not None
     look = ["python3", "-c", "import os, sys; sys.exit(0 if os.path.exists(sys.argv[1]) else 3)",
             server.address]
     assert subprocess.run(look, cwd=tmp_path).returncode == 0

@@ -124,7 +124,7 @@ def stub_server() -> Iterator[ForkServer]:
     """One fork server for the relay tests: each leaves it with no child (the relay goes
     only once its server is reaped), so the next finds it as a new one."""
     server = ForkServer()
-    assert server._started()
+    assert server.start()
     try:
         yield server
     finally:

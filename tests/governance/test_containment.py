@@ -254,7 +254,7 @@ def fork_server() -> Iterator[ForkServer]:
     """A fork server as ``run`` or a test session starts one on the host: it forks evalkit
     with whatever environment and folder a request names, outside any sandbox."""
     server = ForkServer()
-    if not server._started():
+    if not server.start():
         pytest.skip(f"no fork server here: {server.broken}")
     try:
         yield server
