@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from evalkit.eval.harness_files import CAPTURE_FILE, REPORT_FILE, REPORT_MD, RUN
 from evalkit.eval.runner import GOOD, script_variants
 from evalkit.eval.score import score
 from evalkit.eval.suite import SUITE_FILES, Suite, load_suite
+from evalkit.forkserver import client as forkserver
 from evalkit.pricing import EXAMPLE
 from evalkit.pricing import load as load_pricing
 from evalkit.store import seal
@@ -197,14 +198,16 @@ def record_corpus(out: Path, *, write: ReportWriter, suites_dir: Path = Path(DEF
     corpus = Corpus(out)
     t0 = time.monotonic()
     signer = Signer.generate()
-    with tempfile.TemporaryDirectory(prefix="evalkit-corpus-home-") as home:
+    with tempfile.TemporaryDirectory(prefix="evalkit-corpus-home-") as home, \
+            _one_fork_server() as forking:
         write_signer(signer, Path(home) / KEYS)
         try:
             for folder in dict.fromkeys(t.folder for t in targets):
                 ours = [t for t in targets if t.folder == folder]
                 corpus.recorded += _record_suite(ours, out / folder, root=root, home=Path(home),
                                                  signer=signer, jobs=jobs, timeout_s=timeout_s,
-                                                 write=write, on_done=on_done, warn=warn)
+                                                 write=write, on_done=on_done, warn=warn,
+                                                 forking=forking)
         finally:  # what was recorded with the new key, and what was not, under one key
             if corpus.recorded:
                 done = {r.target.folder for r in corpus.recorded}
@@ -218,6 +221,25 @@ def record_corpus(out: Path, *, write: ReportWriter, suites_dir: Path = Path(DEF
     replace_file(out / README, readme(out))
     corpus.seconds = time.monotonic() - t0
     return corpus
+
+
+@contextlib.contextmanager
+def _one_fork_server() -> Iterator[dict[str, str]]:
+    """What every recording run is told about forking: the fork server named in this
+    process's environment, else one started here for all of them, so that each ``evalkit
+    run`` does not start and import its own; or that forking is switched off."""
+    if forkserver.switched_off():
+        yield {"EVALKIT_FORKSERVER": os.environ.get("EVALKIT_FORKSERVER", "off")}
+        return
+    named = os.environ.get(forkserver.SOCKET_ENV)
+    if named:
+        yield {forkserver.SOCKET_ENV: named}
+        return
+    server = forkserver.ForkServer()
+    try:
+        yield {forkserver.SOCKET_ENV: server.address} if server.start() and server.address else {}
+    finally:
+        server.close()
 
 
 def _check_kept(out: Path, recorded: set[str]) -> None:
@@ -256,7 +278,7 @@ def _corpus_folder(out: Path) -> Path:
 def _record_suite(targets: list[Target], folder: Path, *, root: Path, home: Path,
                   signer: Signer, jobs: int, timeout_s: float, write: ReportWriter,
                   on_done: Callable[[Recorded], None],
-                  warn: Callable[[str], None]) -> list[Recorded]:
+                  warn: Callable[[str], None], forking: Mapping[str, str]) -> list[Recorded]:
     """Every variant of one suite into ``folder``; the previous recordings come back on failure."""
     aside = folder.with_name(f".{folder.name}.previous")
     if aside.exists():
@@ -269,7 +291,7 @@ def _record_suite(targets: list[Target], folder: Path, *, root: Path, home: Path
             dest = folder / target.variant
             t0 = time.monotonic()
             record_variant(target, dest, root=root, jobs=jobs, timeout_s=timeout_s, warn=warn,
-                           home=home)
+                           home=home, forking=forking)
             tidy(dest, root)
             missions = sorted(p for p in dest.iterdir() if p.is_dir())
             for mission in missions:
@@ -296,9 +318,10 @@ def _record_suite(targets: list[Target], folder: Path, *, root: Path, home: Path
 def record_variant(target: Target, dest: Path, *, root: Path, jobs: int = DEFAULT_JOBS,
                    timeout_s: float = MISSION_TIMEOUT_S,
                    warn: Callable[[str], None] = lambda _: None,
-                   home: Path | None = None) -> None:
+                   home: Path | None = None, forking: Mapping[str, str] | None = None) -> None:
     """``evalkit run`` of one suite with one agent variant into ``dest``, from ``root``
-    (with ``home`` as the state folder: where the key it signs with is)."""
+    (with ``home`` as the state folder: where the key it signs with is, and ``forking``
+    saying which fork server its missions come from: ``_one_fork_server``)."""
     argv = [sys.executable, "-m", "evalkit.cli", "run", "--suite", str(target.suite.path),
             "--out", str(dest.resolve()), "--jobs", str(jobs), "--timeout", f"{timeout_s:g}",
             "--quiet", "--allow-failures"]
@@ -308,6 +331,7 @@ def record_variant(target: Target, dest: Path, *, root: Path, jobs: int = DEFAUL
            if not k.startswith(_ENV_PREFIX) or k in _ENV_KEPT}
     if home is not None:
         env[HOME_ENV] = str(home)
+    env.update(forking or {})
     done = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, check=False)
     for line in done.stderr.splitlines():

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from evalkit.cli import main
 from evalkit.errors import EvalkitError
-from evalkit.eval.corpus import TITLE, plan, record_corpus, relativise, variants
+from evalkit.eval.corpus import TITLE, _one_fork_server, plan, record_corpus, relativise, variants
 from evalkit.eval.suite import load_suite
+from evalkit.forkserver import client
 from tests.corpus.conftest import SUITES
 
 
@@ -94,3 +95,27 @@ def test_the_corpus_library_never_imports_the_runtime() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+@pytest.mark.spawns  # no session server named: the corpus starts its own
+def test_every_recording_run_forks_from_one_server(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    """Each ``evalkit run`` is told the corpus's fork server (``SOCKET_ENV``) instead of
+    starting and importing one of its own: the one this process's environment names, else
+    one started for the regeneration and stopped after it; none when forking is off."""
+    monkeypatch.setenv(client.SOCKET_ENV, "/somewhere/socket")
+    with _one_fork_server() as told:
+        assert told == {client.SOCKET_ENV: "/somewhere/socket"}
+    monkeypatch.delenv(client.SOCKET_ENV)
+    with _one_fork_server() as told:
+        [(name, address)] = told.items()
+        assert name == client.SOCKET_ENV
+        asked = client.ForkServer(address=address)
+        forked = asked.fork([sys.executable, "-m", "evalkit.cli", "--version"],
+                            stdout=subprocess.DEVNULL, cwd=tmp_path)
+        assert forked is not None and forked.wait(30) == 0, asked.last_refusal
+    assert not Path(address).exists()  # stopped, its folder gone
+    monkeypatch.setenv("EVALKIT_FORKSERVER", "off")
+    with _one_fork_server() as told:
+        assert told == {"EVALKIT_FORKSERVER": "off"}
