@@ -62,7 +62,7 @@ PRICING = EXAMPLE
 #: How the README names it (the repository-relative path).
 PRICING_SHOWN = "evalkit/data/pricing.example.yaml"
 DEFAULT_SUITES = "suites"
-#: Missions at once: two cores, and the stub MCP server costs ~1 s to start per mission.
+#: Missions at once: one per core of a two-core machine.
 DEFAULT_JOBS = 2
 #: A scripted mission takes seconds; one that outlives this is stuck, not slow.
 MISSION_TIMEOUT_S = 120.0
