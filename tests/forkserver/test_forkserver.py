@@ -184,28 +184,30 @@ def test_exit_codes_signals_and_timeouts_come_back_as_popen_gives_them(
     os.close(read)
 
 
-@pytest.mark.parametrize(("how", "status"), [("none", 0), ("message", 1), ("raise", 1),
-                                             ("interrupt", -signal.SIGINT), ("wide", 3)])
-def test_a_forked_child_ends_as_a_spawned_one(preloaded: ForkServer, work: Path, how: str,
-                                               status: int) -> None:
+#: How the probe ends (``PROBE``'s ``end``), and the status a process ending so exits with.
+ENDINGS = {"none": 0, "message": 1, "raise": 1, "interrupt": -signal.SIGINT, "wide": 3}
+
+
+def test_a_forked_child_ends_as_a_spawned_one(preloaded: ForkServer, work: Path) -> None:
     """The child skips the interpreter's teardown of its modules (``server._leave``), and
     nothing a program sees goes with it: threads joined, atexit run, buffers flushed, the
     exit status and what ``SystemExit`` or an uncaught exception prints."""
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    ended = []
-    for spawn in (preloaded.fork, subprocess.Popen):
-        proc, read, out = launch(spawn, work, "end", how, env=buffered)
-        os.close(read)
-        ended.append((proc.wait(30), out.read_text(encoding="utf-8")))
-    assert preloaded.last_refusal is None
-    assert ended[0] == ended[1]
-    code, output = ended[0]
-    assert code == status
-    assert "still in the buffer" in output and "the thread ended" in output
-    assert "atexit ran" in output
-    if how == "raise":
-        assert "Traceback" in output and "ValueError: uncaught" in output
-        assert "forkserver" not in output  # from runpy down, as a spawn's
+    for how, status in ENDINGS.items():
+        ended = []
+        for spawn in (preloaded.fork, subprocess.Popen):
+            proc, read, out = launch(spawn, work, "end", how, env=buffered)
+            os.close(read)
+            ended.append((proc.wait(30), out.read_text(encoding="utf-8")))
+        assert preloaded.last_refusal is None
+        assert ended[0] == ended[1], how
+        code, output = ended[0]
+        assert code == status, how
+        assert "still in the buffer" in output and "the thread ended" in output, how
+        assert "atexit ran" in output, how
+        if how == "raise":
+            assert "Traceback" in output and "ValueError: uncaught" in output
+            assert "forkserver" not in output  # from runpy down, as a spawn's
 
 
 def test_children_are_reaped_and_the_server_holds_no_descriptor_of_theirs(
