@@ -26,6 +26,7 @@ hash seed is this server's (random either way).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import gc
 import importlib
@@ -39,6 +40,7 @@ import socket
 import struct
 import sys
 import threading
+import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -125,10 +127,10 @@ def _uncaught(exc: BaseException) -> None:
     sys.excepthook(type(exc), exc, exc.__traceback__)
 
 
-def _status_of(exit: SystemExit) -> int:
+def _status_of(raised: SystemExit) -> int:
     """The exit status the interpreter gives an uncaught ``SystemExit``: its code when an
     int, 0 for None, else 1 with the code printed to stderr."""
-    code = exit.code
+    code = raised.code
     if code is None:
         return 0
     if isinstance(code, int):
@@ -146,7 +148,7 @@ def _leave(status: int) -> NoReturn:
     The steps with an effect a program can rely on are taken, in the interpreter's
     order: non-daemon threads are joined, ``atexit`` functions run (``logging``'s
     flush and ``weakref.finalize`` among them), and the standard streams are
-    flushed (a failed flush of stdout is status 120). What is skipped is freeing
+    flushed (a flush that fails is status 120). What is skipped is freeing
     every object the server imported, which in a forked child copies each page it
     touches: about 40 ms of a mission's and of its stub server's exit apiece.
     An uncaught ``KeyboardInterrupt`` (``-SIGINT``) ends by that signal, as there.
@@ -157,14 +159,22 @@ def _leave(status: int) -> NoReturn:
         try:
             if stream is not None and not stream.closed:
                 stream.flush()
-        except Exception:  # noqa: BLE001 - a stream that cannot flush is status 120
-            if stream is sys.stdout:
-                status = 120
+        except Exception as exc:  # noqa: BLE001 - a stream that cannot flush is status 120
+            status = status if status == -signal.SIGINT else 120
+            if stream is sys.stdout:  # said as the interpreter says it; stderr's goes unsaid
+                _say_ignored(stream, exc)
     if status == -signal.SIGINT:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         status = 128 + signal.SIGINT
     os._exit(status & 0xFF)
+
+
+def _say_ignored(stream: Any, exc: Exception) -> None:
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"Exception ignored in: {stream!r}\n"
+                         + "".join(traceback.format_exception_only(exc)))
+        sys.stderr.flush()
 
 
 def _place(fds: list[int], targets: list[int]) -> None:
