@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,7 +199,7 @@ def record_corpus(out: Path, *, write: ReportWriter, suites_dir: Path = Path(DEF
     t0 = time.monotonic()
     signer = Signer.generate()
     with tempfile.TemporaryDirectory(prefix="evalkit-corpus-home-") as home, \
-            _one_fork_server() as forking:
+            forkserver.named_to_children() as forking:
         write_signer(signer, Path(home) / KEYS)
         try:
             for folder in dict.fromkeys(t.folder for t in targets):
@@ -221,25 +221,6 @@ def record_corpus(out: Path, *, write: ReportWriter, suites_dir: Path = Path(DEF
     replace_file(out / README, readme(out))
     corpus.seconds = time.monotonic() - t0
     return corpus
-
-
-@contextlib.contextmanager
-def _one_fork_server() -> Iterator[dict[str, str]]:
-    """What every recording run is told about forking: the fork server named in this
-    process's environment, else one started here for all of them, so that each ``evalkit
-    run`` does not start and import its own; or that forking is switched off."""
-    if forkserver.switched_off():
-        yield {"EVALKIT_FORKSERVER": os.environ.get("EVALKIT_FORKSERVER", "off")}
-        return
-    named = os.environ.get(forkserver.SOCKET_ENV)
-    if named:
-        yield {forkserver.SOCKET_ENV: named}
-        return
-    server = forkserver.ForkServer()
-    try:
-        yield {forkserver.SOCKET_ENV: server.address} if server.start() and server.address else {}
-    finally:
-        server.close()
 
 
 def _check_kept(out: Path, recorded: set[str]) -> None:
@@ -321,7 +302,7 @@ def record_variant(target: Target, dest: Path, *, root: Path, jobs: int = DEFAUL
                    home: Path | None = None, forking: Mapping[str, str] | None = None) -> None:
     """``evalkit run`` of one suite with one agent variant into ``dest``, from ``root``
     (with ``home`` as the state folder: where the key it signs with is, and ``forking``
-    saying which fork server its missions come from: ``_one_fork_server``)."""
+    saying which fork server its missions come from: ``named_to_children``)."""
     argv = [sys.executable, "-m", "evalkit.cli", "run", "--suite", str(target.suite.path),
             "--out", str(dest.resolve()), "--jobs", str(jobs), "--timeout", f"{timeout_s:g}",
             "--quiet", "--allow-failures"]

@@ -44,6 +44,8 @@ forked_by: str | None = None
 #: folder, hidden from sandboxed code); a socket that does not answer means a spawn. What
 #: it forks runs where that server runs (namespaces, limits, user), not where the asker does.
 SOCKET_ENV = "EVALKIT_FORKSERVER_SOCKET"
+#: ``off`` (or 0, no, false) here: spawn everything.
+OFF_ENV = "EVALKIT_FORKSERVER"
 #: How long the server may take to import what it preloads before missions are spawned.
 START_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 10.0
@@ -69,7 +71,7 @@ def _named() -> str | None:
 
 def switched_off() -> bool:
     """``EVALKIT_FORKSERVER=off``: spawn everything (to compare, or to rule the server out)."""
-    return os.environ.get("EVALKIT_FORKSERVER", "").lower() in _OFF
+    return os.environ.get(OFF_ENV, "").lower() in _OFF
 
 
 @contextlib.contextmanager
@@ -86,6 +88,26 @@ def serving() -> Iterator[None]:
         yield
     finally:
         _active = None
+        server.close()
+
+
+@contextlib.contextmanager
+def named_to_children() -> Iterator[dict[str, str]]:
+    """The environment that has processes this one spawns fork their missions from one
+    server while this lasts: the server ``SOCKET_ENV`` names, else one of this process's
+    own; or that forking is switched off. So several ``evalkit run`` commands share one
+    server instead of each starting and importing its own."""
+    if switched_off():
+        yield {OFF_ENV: os.environ[OFF_ENV]}
+        return
+    named = _named()
+    if named:
+        yield {SOCKET_ENV: named}
+        return
+    server = ForkServer()
+    try:
+        yield {SOCKET_ENV: server.address} if server.start() and server.address else {}
+    finally:
         server.close()
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from evalkit.cli import main
 from evalkit.errors import EvalkitError
-from evalkit.eval.corpus import TITLE, _one_fork_server, plan, record_corpus, relativise, variants
+from evalkit.eval.corpus import TITLE, plan, record_corpus, relativise, variants
 from evalkit.eval.suite import load_suite
 from evalkit.forkserver import client
 from tests.corpus.conftest import SUITES
@@ -105,10 +105,10 @@ def test_every_recording_run_forks_from_one_server(monkeypatch: pytest.MonkeyPat
     starting and importing one of its own: the one this process's environment names, else
     one started for the regeneration and stopped after it; none when forking is off."""
     monkeypatch.setenv(client.SOCKET_ENV, "/somewhere/socket")
-    with _one_fork_server() as told:
+    with client.named_to_children() as told:
         assert told == {client.SOCKET_ENV: "/somewhere/socket"}
     monkeypatch.delenv(client.SOCKET_ENV)
-    with _one_fork_server() as told:
+    with client.named_to_children() as told:
         [(name, address)] = told.items()
         assert name == client.SOCKET_ENV
         asked = client.ForkServer(address=address)
@@ -117,5 +117,5 @@ def test_every_recording_run_forks_from_one_server(monkeypatch: pytest.MonkeyPat
         assert forked is not None and forked.wait(30) == 0, asked.last_refusal
     assert not Path(address).exists()  # stopped, its folder gone
     monkeypatch.setenv("EVALKIT_FORKSERVER", "off")
-    with _one_fork_server() as told:
+    with client.named_to_children() as told:
         assert told == {"EVALKIT_FORKSERVER": "off"}
