@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from evalkit.forkserver import client
-from evalkit.forkserver.wire import SERVED, interpreter_shape, receive, send, served
+from evalkit.forkserver.wire import SERVED, die_as, interpreter_shape, receive, send, served
 
 #: What a mission of the built-in runtime with the stub plane imports, and the stub server:
 #: a child imports whatever is missing itself, so this list decides speed, never behaviour.
@@ -113,7 +113,7 @@ class Child:
             _leave(_status_of(exc))
         except KeyboardInterrupt as exc:
             _uncaught(exc)
-            _leave(-signal.SIGINT)
+            _leave(1, interrupted=True)
         except BaseException as exc:
             _uncaught(exc)
             _leave(1)
@@ -135,14 +135,12 @@ def _status_of(raised: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code
-    try:
+    with contextlib.suppress(Exception):  # as the interpreter, which says nothing more either
         print(code, file=sys.stderr)
-    except Exception:  # noqa: BLE001 - as the interpreter, which says nothing more either
-        pass
     return 1
 
 
-def _leave(status: int) -> NoReturn:
+def _leave(status: int, *, interrupted: bool = False) -> NoReturn:
     """End the child as the interpreter ends a program, less the teardown of its modules.
 
     The steps with an effect a program can rely on are taken, in the interpreter's
@@ -151,7 +149,7 @@ def _leave(status: int) -> NoReturn:
     flushed (a flush that fails is status 120). What is skipped is freeing
     every object the server imported, which in a forked child copies each page it
     touches: about 40 ms of a mission's and of its stub server's exit apiece.
-    An uncaught ``KeyboardInterrupt`` (``-SIGINT``) ends by that signal, as there.
+    An uncaught ``KeyboardInterrupt`` (``interrupted``) ends by SIGINT, as there.
     """
     threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
@@ -160,13 +158,11 @@ def _leave(status: int) -> NoReturn:
             if stream is not None and not stream.closed:
                 stream.flush()
         except Exception as exc:  # noqa: BLE001 - a stream that cannot flush is status 120
-            status = status if status == -signal.SIGINT else 120
+            status = 120
             if stream is sys.stdout:  # said as the interpreter says it; stderr's goes unsaid
                 _say_ignored(stream, exc)
-    if status == -signal.SIGINT:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        status = 128 + signal.SIGINT
+    if interrupted:
+        die_as(-signal.SIGINT)
     os._exit(status & 0xFF)
 
 

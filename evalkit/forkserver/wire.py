@@ -117,9 +117,9 @@ def relay(address: str, argv: list[str]) -> None:
             message = None
         if message is None:  # the server died: its child goes with it, as killed
             _signal_group(pid, signal.SIGKILL)
-            _die_as(-signal.SIGKILL)
+            die_as(-signal.SIGKILL)
         elif "exit" in message:
-            _die_as(int(message["exit"]))
+            die_as(int(message["exit"]))
 
 
 def _signal_group(pid: int, number: int) -> None:
@@ -129,7 +129,7 @@ def _signal_group(pid: int, number: int) -> None:
         pass
 
 
-def _die_as(code: int) -> None:
+def die_as(code: int) -> None:
     """Exit as a child that returned ``code`` did: with its status, or by its signal."""
     if code < 0:
         if -code != signal.SIGKILL:

@@ -51,6 +51,8 @@ if sys.argv[2:3] == ["end"]:  # how a program ends, and what its process does th
         raise KeyboardInterrupt
     if how == "wide":
         sys.exit(256 + 3)
+    if how == "negative":  # a status, not a signal: 254
+        sys.exit(-2)
     if how == "full":  # stdout's last flush fails: status 120, and the interpreter says why
         os.dup2(os.open("/dev/full", os.O_WRONLY), 1)
     sys.exit(None)
@@ -188,7 +190,7 @@ def test_exit_codes_signals_and_timeouts_come_back_as_popen_gives_them(
 
 #: How the probe ends (``PROBE``'s ``end``), and the status a process ending so exits with.
 ENDINGS = {"none": 0, "message": 1, "raise": 1, "interrupt": -signal.SIGINT, "wide": 3,
-           "full": 120}
+           "negative": 254, "full": 120}
 
 
 def test_a_forked_child_ends_as_a_spawned_one(preloaded: ForkServer, work: Path) -> None:
