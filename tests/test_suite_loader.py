@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evalkit.errors import EvalkitError
-from evalkit.eval import suite as suite_module
+from evalkit.eval import suite_text
 from evalkit.eval.suite import (
     CAPABILITIES,
     MISSION_FIELDS,
@@ -282,7 +282,7 @@ def test_a_large_json_suite_with_a_repeated_key_is_worded_as_a_small_one(tmp_pat
     filler = [{"key": f"m{i}", "flag": "state", "prompt": "p" * 200, "must": ["x"]}
               for i in range(2000)]
     text = json.dumps({"missions": filler})
-    assert len(text) > suite_module._FAST_PATH_FROM
+    assert len(text) > suite_text._FAST_PATH_FROM
     suite = load_suite(write(tmp_path / "big.json", text))
     assert len(suite.missions) == 2000
     repeated = text.replace('"flag": "state"', '"flag": "absence", "flag": "state"', 1)
