@@ -526,7 +526,8 @@ def build_fields(path: Path, given: Path, data: dict[str, Any]) -> Suite | None:
         return None
 
 
-def build_missions(path: Path, raw: list[Any], extras: dict[str, Any]) -> tuple[Mission, ...] | None:
+def build_missions(path: Path, raw: list[Any],
+                   extras: dict[str, Any]) -> tuple[Mission, ...] | None:
     """A stretch of a suite's ``missions`` list built as ``load_suite`` builds it, under the
     suite's fields ``extras``; None when any of them has a problem (``load_suite`` of the
     whole suite words it, with its place in the list)."""
