@@ -79,7 +79,9 @@ def test_a_meta_json_the_disk_refuses_at_the_start_is_a_refusal_to_start(
 
 def _small_files() -> None:
     """In the child: no file grows past 4 KiB (EFBIG, the signal ignored), as a disk
-    nearly full refuses the first long write."""
+    nearly full refuses the first long write. The child writes no bytecode: CPython does
+    not check that a module's cache was written whole, and one cut at 4 KiB broke every
+    later import of that module."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 
@@ -95,7 +97,7 @@ def test_evalkit_mission_on_a_full_disk_exits_5_with_one_error_line(tmp_path: Pa
                 "--unsandboxed"),
         cwd=tmp_path, capture_output=True, text=True, timeout=60, preexec_fn=_small_files,
         env=clean_env(EVALKIT_RUNS=str(tmp_path / "runs"), EVALKIT_AUDIT="off",
-                      EVALKIT_APPROVALS="off"))
+                      EVALKIT_APPROVALS="off", PYTHONDONTWRITEBYTECODE="1"))
     assert done.returncode == EXIT_UNRECORDED == 5, done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert errors == [line for line in done.stderr.splitlines() if line], done.stderr
