@@ -9,9 +9,7 @@ gives up and the suite is loaded whole, never scored from a wrong reading.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,28 +25,14 @@ from evalkit.eval import pieces
 from evalkit.eval.check import gradeable
 from evalkit.eval.score import score
 from evalkit.eval.suite import load_suite
-from evalkit.eval.tables import ingest
 from evalkit.store.replace import joined
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _synth():
-    spec = importlib.util.spec_from_file_location("evalkit_bench_synth",
-                                                  ROOT / "benchmarks" / "synth.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests._synth import synthesised
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """80 synthesised runs (some failing), their suite, and their dataset."""
-    out = tmp_path_factory.mktemp("pieces")
-    _synth().synthesise(out, 80, records=6, output_bytes=100)
-    ingest(out / "runs", out / "dataset.parquet")
-    return out
+    return synthesised(tmp_path_factory.mktemp("pieces"), 80, records=6, output_bytes=100)
 
 
 @pytest.fixture(autouse=True)

@@ -8,10 +8,8 @@ folder of runs alike.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,25 +26,13 @@ from evalkit.eval.suite import load_suite
 from evalkit.eval.tables import ingest
 from evalkit.report.markdown import to_json_bytes, to_markdown
 from evalkit.store.replace import joined
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _synth():
-    spec = importlib.util.spec_from_file_location("evalkit_bench_synth", ROOT / "benchmarks" / "synth.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests._synth import synthesised
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """240 synthesised runs (a share of them failing), their suite, and their dataset."""
-    out = tmp_path_factory.mktemp("shares")
-    _synth().synthesise(out, 240, records=12, output_bytes=300)
-    ingest(out / "runs", out / "dataset.parquet")
-    return out
+    return synthesised(tmp_path_factory.mktemp("shares"), 240, records=12, output_bytes=300)
 
 
 @pytest.fixture(autouse=True)
