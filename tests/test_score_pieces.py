@@ -142,6 +142,37 @@ def test_cut_points_inside_strings_are_never_taken(corpus: Path, tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_a_stream_altered_after_its_seal_is_tampered_in_pieces_too(corpus: Path,
+                                                                  tmp_path: Path) -> None:
+    """The adversary's edit (a failing run's record rewritten after the run was sealed) is
+    caught by the seal checker the workers inherit, from the runs and from a dataset."""
+    import shutil
+
+    from evalkit.eval.tables import ingest
+    from evalkit.store import seal
+    from evalkit.store.signing import PUBLIC_FILE, Signer
+
+    runs = tmp_path / "runs"
+    shutil.copytree(corpus / "runs", runs)
+    signer = Signer.generate()
+    (runs / PUBLIC_FILE).write_bytes(signer.public_pem())
+    missions = sorted(p for p in runs.iterdir() if p.is_dir())
+    for folder in missions:
+        seal.seal_mission(folder, signer)
+    seal.seal_folder(runs, missions, signer)
+    victim = missions[40]
+    events = next(victim.glob("*/events.jsonl"))
+    events.write_bytes(events.read_bytes().replace(b'"seq":', b'"seq" :', 1))
+    ingest(runs, tmp_path / "dataset.parquet")
+    suite = corpus / "suite.yaml"
+    for source in ({"runs": runs}, {"dataset": tmp_path / "dataset.parquet"}):
+        report = _in_pieces(suite, workers=2, **source)
+        assert report == _whole(suite, **source)
+        verdict = next(v for v in json.loads(report)["verdicts"] if v["key"] == victim.name)
+        assert verdict["checks"] == ["tampered"] and not verdict["passed"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("problem", ["bad flag", "key twice across pieces", "held out too few",
                                      "unknown field", "repeated key", "not a mapping"])
 def test_a_suite_check_refuses_is_refused_in_its_words(corpus: Path, tmp_path: Path,
