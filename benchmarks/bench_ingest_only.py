@@ -17,47 +17,17 @@ to a scratch folder that is removed at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _alternate import Timing, alternate, medians, module_file, run_cli  # noqa: E402
 
 
 def _jsonl_bytes(root: Path) -> int:
     return sum(entry.stat().st_size for entry in root.rglob("*.jsonl") if entry.is_file())
-
-
-def _run_once(runs: Path, out: Path, tree: str | None) -> tuple[float, float, int]:
-    """(wall seconds, CPU seconds of the whole process tree, peak RSS in MB) of one ingest."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ)
-    if tree:
-        env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
-    started = time.perf_counter()
-    # From the scratch folder: ``-m`` puts the working directory first on the path, and
-    # in a source tree that is the tree's own evalkit, whatever PYTHONPATH says.
-    proc = subprocess.Popen([sys.executable, "-m", "evalkit.cli", "ingest", str(runs.resolve()),
-                             "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
-                            cwd=out.parent.parent)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"ingest failed ({proc.returncode}) for {tree or 'installed'}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss // 1024
-
-
-def _ingest_module(tree: str | None, cwd: Path) -> str:
-    """The ingest.py a run with this tree would import (what is being timed)."""
-    env = dict(os.environ)
-    if tree:
-        env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", "import evalkit.store.ingest as m; print(m.__file__)"],
-                          env=env, cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def main() -> None:
@@ -68,26 +38,26 @@ def main() -> None:
     args = parser.parse_args()
     nbytes = _jsonl_bytes(args.runs)
     codes = {"installed": None} | ({"against": args.against} if args.against else {})
-    seen: dict[str, list[tuple[float, float, int]]] = {name: [] for name in codes}
     scratch = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+
+    def once(name: str, tree: str | None) -> Timing:
+        out = scratch / name / "ds.parquet"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return run_cli(["ingest", str(args.runs.resolve()), "--out", str(out)], tree, scratch)
+
+    def shown(timing: Timing) -> str:
+        wall, cpu, rss = timing
+        return f"{wall:6.2f} s wall  {cpu:6.2f} s CPU  {rss:5d} MB  {nbytes / 1e6 / wall:6.1f} MB/s"
+
     try:
         for name, tree in codes.items():
-            print(f"{name:9s} = {_ingest_module(tree, scratch)}")
-        for i in range(args.repeat):
-            for name, tree in (codes.items() if i % 2 == 0 else reversed(codes.items())):
-                wall, cpu, rss = _run_once(args.runs, scratch / name / "ds.parquet", tree)
-                seen[name].append((wall, cpu, rss))
-                print(f"{name:9s} run {i + 1}: {wall:6.2f} s wall  {cpu:6.2f} s CPU  "
-                      f"{rss:5d} MB  {nbytes / 1e6 / wall:6.1f} MB/s", flush=True)
+            print(f"{name:9s} = {module_file('evalkit.store.ingest', tree, scratch)}")
+        seen = alternate(codes, args.repeat, once, shown)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"{nbytes / 1e6:.1f} MB of JSONL under {args.runs}; medians of {args.repeat}:")
     for name, rows in seen.items():
-        wall = statistics.median(r[0] for r in rows)
-        cpu = statistics.median(r[1] for r in rows)
-        rss = statistics.median(r[2] for r in rows)
-        print(f"  {name:9s} {wall:6.2f} s wall  {cpu:6.2f} s CPU  {rss:5.0f} MB  "
-              f"{nbytes / 1e6 / wall:6.1f} MB/s")
+        print(f"  {name:9s} {shown(medians(rows))}")
 
 
 if __name__ == "__main__":
