@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from evalkit.eval.check import CheckResult
     from evalkit.eval.score import ScoreReport
     from evalkit.eval.suite import Suite
-    from evalkit.pricing import Pricing
     from evalkit.store.ingest import IngestResult
     from evalkit.store.seal import Checker
 
@@ -59,45 +58,25 @@ def score(suite: str | Path | Suite, *, runs: str | Path | None = None,
     ``pricing`` (a pricing file) prices every run again from its recorded tokens.
     """
     from evalkit.eval.check import gradeable
-    from evalkit.eval.pieces import score_pieces
     from evalkit.eval.score import beside
     from evalkit.eval.score import score as score_suite
     from evalkit.eval.suite import Suite
 
-    def seals() -> Checker | None:
-        if checker is None and verify and dataset is None and (trust or require_signed):
-            from evalkit.store.seal import Checker
+    if not isinstance(suite, Suite):
+        suite = gradeable(suite, refusing="nothing scored")
+    if checker is None and verify and dataset is None and (trust or require_signed):
+        from evalkit.store.seal import Checker
 
-            where = beside(Path(runs) if runs is not None else None, mapping or {})
-            return Checker.for_scoring(where, [Path(t) for t in trust],
-                                       require_signed=require_signed)
-        return checker
-
-    def prices() -> Pricing | None:
-        if pricing is None:
-            return None
+        where = beside(Path(runs) if runs is not None else None, mapping or {})
+        checker = Checker.for_scoring(where, [Path(t) for t in trust],
+                                      require_signed=require_signed)
+    prices = None
+    if pricing is not None:
         from evalkit.pricing import load
 
-        return load(pricing)
-
-    if isinstance(suite, Suite):
-        return score_suite(suite, runs=runs, mapping=mapping, dataset=dataset, split=split,
-                           verify=verify, checker=seals(), pricing=prices())
-    try:
-        seal_checker, priced = seals(), prices()
-        # A large JSON suite is parsed, built and checked by the processes that judge it;
-        # one that check has anything to say of is loaded and checked whole, below.
-        report = None if mapping else score_pieces(
-            Path(suite), runs=runs, dataset=dataset, split=split, verify=verify,
-            checker=seal_checker, pricing=priced)
-    except EvalkitError:
-        gradeable(suite, refusing="nothing scored")  # the suite's problems are said first
-        raise
-    if report is not None:
-        return report
-    return score_suite(gradeable(suite, refusing="nothing scored"), runs=runs, mapping=mapping,
-                       dataset=dataset, split=split, verify=verify, checker=seal_checker,
-                       pricing=priced)
+        prices = load(pricing)
+    return score_suite(suite, runs=runs, mapping=mapping, dataset=dataset, split=split,
+                       verify=verify, checker=checker, pricing=prices)
 
 
 def ingest(folder: str | Path, out: str | Path | None = None, *,

@@ -264,20 +264,6 @@ def _key_ok(key: str) -> bool:
             and "/" not in key and "\\" not in key and "\0" not in key)
 
 
-def mission_clean(rules: Rules, m: Mission) -> bool:
-    """Whether no rule has anything to say of the mission, not even a warning."""
-    return next(_mission_problems(rules, m), None) is None
-
-
-def suite_clean(suite: Suite, tally: Tally) -> bool:
-    """Whether ``check`` has nothing to say, not even a warning, of a suite whose missions
-    are each ``mission_clean``, from ``suite``'s own fields and ``tally``, the tally of all
-    its missions: no key used twice, no suite-wide rule broken, and enough missions that
-    the discipline rules are errors, as a large suite's are."""
-    return (tally.total >= SMALL_SUITE and len(tally.keys) == tally.total
-            and next(iter(suite_problems(suite, tally)), None) is None)
-
-
 def _mission_problems(rules: Rules, m: Mission) -> Iterator[tuple[str, str]]:
     """(field, sentence) for every rule this mission breaks: the rules of every mission's
     own fields, and those of each check it sets (``evalkit.eval.checks``)."""
@@ -455,13 +441,6 @@ class Tally:
         self.captured.add(m.flag)
         self.keys.add(m.key)
 
-    def merge(self, other: Tally) -> None:
-        """Add the tally of other missions of the same suite."""
-        self.total += other.total
-        self.held += other.held
-        self.captured |= other.captured
-        self.keys |= other.keys
-
 
 def _suite_problems(suite: Suite) -> Iterable[str]:
     return suite_problems(suite, Tally.of(suite.missions))
@@ -564,5 +543,4 @@ def gradeable(path: str | Path, *, refusing: str, strict: bool = False) -> Suite
     return result.suite
 
 
-__all__ = ["SMALL_SUITE", "CheckResult", "Rules", "Tally", "check_path", "check_suite", "gradeable",
-           "lenient", "mission_clean", "suite_clean"]
+__all__ = ["SMALL_SUITE", "CheckResult", "check_path", "check_suite", "gradeable", "lenient"]

@@ -14,8 +14,6 @@ as ``report.json`` holds them, and only those bytes and the share's running
 totals come back. At 100,000 missions, sending the verdicts back as objects
 and writing them here cost more than judging them did; so a report keeps its
 verdicts as that text, and reads them back only for a caller that asks.
-A large JSON suite given by its path is cut, and each share is parsed and
-built by the worker that judges it too (``evalkit.eval.pieces``).
 """
 
 from __future__ import annotations
@@ -141,18 +139,9 @@ def _verdict_of(found: dict[str, Any]) -> Verdict:
 
 
 def missions_in(suite: Suite, split: str) -> list[Mission]:
-    check_split(split)
-    return [m for m in suite.missions if in_split(m, split)]
-
-
-def check_split(split: str) -> None:
     if split not in ("all", *SPLITS):
         raise EvalkitError(f"--split takes train, test or all, not {split!r}")
-
-
-def in_split(mission: Mission, split: str) -> bool:
-    """Whether ``split`` (train, test or all; see ``check_split``) scores the mission."""
-    return split == "all" or mission.split == split
+    return [m for m in suite.missions if split == "all" or m.split == split]
 
 
 def score(suite: Suite, *, runs: str | Path | None = None,
@@ -169,11 +158,27 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     ``pricing``: price every run again from its recorded tokens (``evalkit.eval.repricing``);
     None keeps the cost each stream recorded.
     """
-    refuse_mixed(runs=runs, mapping=mapping, dataset=dataset, pricing=pricing)
+    if dataset is not None and (runs is not None or mapping):
+        raise EvalkitError("score from --dataset or from --runs/--map, not both: a dataset "
+                           "holds the runs it was ingested from, and nothing would be mixed in")
+    if dataset is not None and pricing is not None:
+        raise EvalkitError("--pricing prices runs from their recordings; score them with "
+                           "--runs or --map (a dataset keeps no run's model)")
     missions = missions_in(suite, split)
-    source = open_source(runs=runs, mapping=_known(suite, mapping or {}) if dataset is None
-                         else {}, dataset=dataset, verify=verify, checker=checker,
-                         pricing=pricing)
+    source: _Runs | _Dataset
+    if dataset is not None:
+        source = _Dataset(Path(dataset), verify)
+    else:
+        runs_path = Path(runs) if runs is not None else None
+        mapping = _known(suite, mapping or {})
+        if runs_path is not None and not runs_path.is_dir():
+            what = "is not a folder" if runs_path.exists() else "does not exist"
+            raise EvalkitError(f"--runs {runs_path} {what}")
+        if verify and checker is None:
+            checker = Checker.for_scoring(beside(runs_path, mapping))
+        if verify and checker is not None and runs_path is not None:
+            checker.warm(runs_path)  # before any fork: the workers inherit what it read
+        source = _Runs(runs_path, mapping, checker if verify else None, pricing)
     if workers is None:
         workers = parallel.workers_for(len(missions), PER_WORKER)
     shares = list(parallel.ordered(_judge_share, parallel.spans(len(missions), SHARE),
@@ -181,35 +186,6 @@ def score(suite: Suite, *, runs: str | Path | None = None,
     if not any(share.there for share in shares):
         raise nothing_to_score(suite.name, source.where)
     return ScoreReport(suite.name, split, shares, verify)
-
-
-def refuse_mixed(*, runs: str | Path | None, mapping: Mapping[str, str | Path] | None,
-                 dataset: str | Path | None, pricing: Pricing | None) -> None:
-    """Refuse sources that cannot be scored together."""
-    if dataset is not None and (runs is not None or mapping):
-        raise EvalkitError("score from --dataset or from --runs/--map, not both: a dataset "
-                           "holds the runs it was ingested from, and nothing would be mixed in")
-    if dataset is not None and pricing is not None:
-        raise EvalkitError("--pricing prices runs from their recordings; score them with "
-                           "--runs or --map (a dataset keeps no run's model)")
-
-
-def open_source(*, runs: str | Path | None, mapping: Mapping[str, str | Path],
-                dataset: str | Path | None, verify: bool, checker: Checker | None,
-                pricing: Pricing | None) -> _Runs | _Dataset:
-    """Where each mission's run is read from: the dataset, else the runs folder and the
-    ``--map`` paths (``mapping``, already checked against the suite)."""
-    if dataset is not None:
-        return _Dataset(Path(dataset), verify)
-    runs_path = Path(runs) if runs is not None else None
-    if runs_path is not None and not runs_path.is_dir():
-        what = "is not a folder" if runs_path.exists() else "does not exist"
-        raise EvalkitError(f"--runs {runs_path} {what}")
-    if verify and checker is None:
-        checker = Checker.for_scoring(beside(runs_path, mapping))
-    if verify and checker is not None and runs_path is not None:
-        checker.warm(runs_path)  # before any fork: the workers inherit what it read
-    return _Runs(runs_path, mapping, checker if verify else None, pricing)
 
 
 @dataclass(frozen=True)
@@ -223,18 +199,13 @@ class _Job:
 
 def _judge_share(job: _Job, span: tuple[int, int]) -> Share:
     """Judge missions ``span`` of the job and write their verdicts."""
-    return judged_share(job.source, job.missions[span[0]:span[1]], job.split)
-
-
-def judged_share(source: _Runs | _Dataset, missions: Iterable[Mission], split: str) -> Share:
-    """Judge a run of missions of ``split`` and write their verdicts."""
     verdicts, there = [], False
-    for m in missions:
-        verdict, found = source.verdict(m)
+    for m in job.missions[span[0]:span[1]]:
+        verdict, found = job.source.verdict(m)
         verdicts.append(verdict)
         there = there or found
     return Share(encode_verdicts([v.as_dict() for v in verdicts]),
-                 tally_halves(verdicts, split), all(v.passed for v in verdicts), there)
+                 tally_halves(verdicts, job.split), all(v.passed for v in verdicts), there)
 
 
 class _Runs:

@@ -382,8 +382,9 @@ class _Builder:
         if data.get("missions") is None:
             self.problem("suite", "missions", ("missions",),
                          "missing; a suite is a list of missions under 'missions'")
-        if "missions" in fields:
-            fields["missions"] = _with_defaults(fields["missions"], extras)
+        if "missions" in fields and any(name in extras for name in defaults):
+            fields["missions"] = tuple(_laid_over(m, extras, defaults)
+                                       for m in fields["missions"])
         if self.problems:
             raw = data.get("missions")
             refused = frozenset(str(name) for name, value in data.items()
@@ -514,34 +515,6 @@ def suite_defaults() -> dict[str, str]:
     """The check fields a suite may also give at its top level (``Field.suite_default``),
     each with its kind."""
     return {f.name: f.kind for f in checks.fields() if f.suite_default}
-
-
-def build_fields(path: Path, given: Path, data: dict[str, Any]) -> Suite | None:
-    """A suite with its own fields ``data`` and no missions, built as ``load_suite`` builds
-    the file ``path`` (given as ``given``, which names a suite that gives no name); None
-    when any field has a problem."""
-    try:
-        return _Builder(path, _Tree(), default_name(given)).suite({**data, "missions": []})
-    except SuiteError:
-        return None
-
-
-def build_missions(path: Path, raw: list[Any],
-                   extras: dict[str, Any]) -> tuple[Mission, ...] | None:
-    """A stretch of a suite's ``missions`` list built as ``load_suite`` builds it, under the
-    suite's fields ``extras``; None when any of them has a problem (``load_suite`` of the
-    whole suite words it, with its place in the list)."""
-    builder = _Builder(path, _Tree(), "")
-    built = builder.missions(raw)
-    return None if builder.problems else _with_defaults(built, extras)
-
-
-def _with_defaults(missions: tuple[Mission, ...], extras: dict[str, Any]) -> tuple[Mission, ...]:
-    """The missions with the suite's defaults (``suite_defaults``) laid over them."""
-    defaults = suite_defaults()
-    if not any(name in extras for name in defaults):
-        return missions
-    return tuple(_laid_over(m, extras, defaults) for m in missions)
 
 
 def _laid_over(m: Mission, extras: dict[str, Any], defaults: dict[str, str]) -> Mission:
