@@ -108,6 +108,43 @@ def test_kill_9_mid_write_leaves_at_most_a_torn_last_line(tmp_path: Path) -> Non
     assert [e["seq"] for e in events_of(tmp_path / run_id)] == list(range(1, len(seqs) + 2))
 
 
+def test_a_writer_that_writes_nothing_leaves_the_run_as_it_found_it(tmp_path: Path) -> None:
+    """A refused ``--resume`` opens the run's writer and closes it unused: the seal, the
+    certificates and even a crash's torn tail stay; the first write drops the seal and cuts
+    the tail (``test_kill_9_mid_write...``), so the numbering goes on from the last line."""
+    from evalkit.store.signing import Signer
+
+    signer = Signer.generate()
+    store = RunStore(tmp_path, durable=False, signer=signer)
+    with store.create({"objective": "x"}) as writer:
+        writer.append({"event": "first"})
+    run = tmp_path / writer.run_id
+    (run / layout.CERTIFICATES_FILE).write_text("{}\n")  # as a closing runtime leaves them
+    files = {f.name: f.read_bytes() for f in run.iterdir() if f.name != layout.LOCK_FILE}
+    assert layout.MANIFEST_FILE in files
+    RunWriter(run, durable=False, signer=signer).close()
+    assert {f.name: f.read_bytes() for f in run.iterdir() if f.name != layout.LOCK_FILE} == files
+    # The seal is checked again at the first write: what changed since the open is not sealed.
+    events = run / layout.EVENTS_FILE
+    with RunWriter(run, durable=False, signer=signer) as held:
+        events.write_bytes(events.read_bytes().replace(b"first", b"forged"))
+        with pytest.raises(EvalkitError, match="cannot be continued: recording altered"):
+            held.append({"event": "second"})
+    assert (run / layout.MANIFEST_FILE).exists()  # the evidence stays
+    events.write_bytes(events.read_bytes().replace(b"forged", b"first"))
+
+    # An unsealed run with a torn tail: left torn by an unused writer, cut by a used one.
+    (run / layout.MANIFEST_FILE).unlink()
+    events.write_bytes(events.read_bytes() + b'{"seq": 2, "at"')
+    torn = events.read_bytes()
+    RunWriter(run, durable=False).close()
+    assert events.read_bytes() == torn
+    with RunWriter(run, durable=False) as again:
+        assert again.append({"event": "second"}) == 2
+    assert [e["seq"] for e in events_of(run)] == [1, 2]
+    assert not (run / layout.CERTIFICATES_FILE).exists()  # they were of the closed run
+
+
 def test_lock_blocks_a_second_writer_until_the_holder_dies(tmp_path: Path) -> None:
     child = spawn(HOLDER, str(tmp_path))
     assert child.stdout is not None

@@ -236,15 +236,13 @@ class _AppendFile:
 
 
 def _last_number(path: Path, key: str) -> int:
-    """``key`` of the last complete line of a JSONL file (0 if none); a torn tail is cut."""
+    """``key`` of the last complete line of a JSONL file (0 if none); a torn tail is not
+    read (``_cut_torn_tail`` drops it once the run is written to)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return 0
-    end = data.rfind(b"\n") + 1
-    if end < len(data):
-        os.truncate(path, end)  # a crash mid-write: that line was never acknowledged
-    lines = data[:end].splitlines()
+    lines = data[:data.rfind(b"\n") + 1].splitlines()
     if not lines:
         return 0
     try:
@@ -253,16 +251,24 @@ def _last_number(path: Path, key: str) -> int:
         raise EvalkitError(f"{path} does not end with a readable {key!r} line.") from None
 
 
-def _unseal(run_dir: Path, signer: Signer | None) -> None:
-    """Check a sealed run about to be reopened, then drop its seal and certificates (it is
-    open again)."""
+def _cut_torn_tail(path: Path) -> None:
+    """Drop a line a crash left half-written: it was never acknowledged, and the next line
+    must start on a line of its own."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        os.truncate(path, end)
+
+
+def _check_seal(run_dir: Path, signer: Signer | None) -> None:
+    """Refuse to reopen a sealed run altered after it was closed: it is never continued and
+    sealed again as if whole."""
     from evalkit.store.seal import Checker
 
-    manifest = run_dir / layout.MANIFEST_FILE
-    # Its certificates were of the closed run; the next close issues them anew.
-    certificates = run_dir / layout.CERTIFICATES_FILE
-    if not manifest.exists():
-        certificates.unlink(missing_ok=True)
+    if not (run_dir / layout.MANIFEST_FILE).exists():
         return
     trust = Trust.local()
     if signer is not None:
@@ -270,8 +276,15 @@ def _unseal(run_dir: Path, signer: Signer | None) -> None:
     check, _ = Checker(trust).folder(run_dir)
     if check.tampered:
         raise EvalkitError(f"run {run_dir.name} cannot be continued: {check.reason()}.")
-    manifest.unlink()
-    certificates.unlink(missing_ok=True)
+
+
+def _unseal(run_dir: Path) -> None:
+    """Open a run again for writing: its seal and certificates were of the closed run, and
+    its next close issues both anew; a torn tail is cut."""
+    (run_dir / layout.MANIFEST_FILE).unlink(missing_ok=True)
+    (run_dir / layout.CERTIFICATES_FILE).unlink(missing_ok=True)
+    for name in (layout.EVENTS_FILE, layout.MODEL_FILE, layout.TOOLS_FILE):
+        _cut_torn_tail(run_dir / name)
 
 
 def _take_lock(path: Path, run_id: str) -> int:
@@ -299,9 +312,11 @@ class RunWriter:
     where the files end. Thread-safe.
 
     Given a ``signer``, ``close`` seals the run (a signed ``manifest.json``).
-    Reopening a sealed run first checks its seal — a run altered after it was
-    closed is refused, never continued and re-sealed as if whole — and then
-    removes it: the run is open again until its next close.
+    Reopening a sealed run first checks its seal: a run altered after it was
+    closed is refused, never continued and re-sealed as if whole. The seal and
+    the certificates are removed only when the writer first writes, so a writer
+    that is closed without writing (a refused ``--resume``, an orphan closed
+    meanwhile) leaves the run exactly as it found it.
     """
 
     def __init__(self, path: Path, *, durable: bool = True, signer: Signer | None = None
@@ -315,7 +330,7 @@ class RunWriter:
         self._lock = threading.Lock()
         self._lock_fd: int | None = _take_lock(self.path / layout.LOCK_FILE, self.run_id)
         try:
-            _unseal(self.path, signer)
+            _check_seal(self.path, signer)
             self._seq = _last_number(self.path / layout.EVENTS_FILE, "seq")
             self._model_calls = _last_number(self.path / layout.MODEL_FILE, "call")
             self._tool_calls = _last_number(self.path / layout.TOOLS_FILE, "call")
@@ -330,6 +345,8 @@ class RunWriter:
         self._tools = _AppendFile(self.path / layout.TOOLS_FILE, fsync=durable,
                                   flusher=self._flusher)
         self._closed = False
+        #: Whether anything was written since the run was opened (its seal is then gone).
+        self._written = False
         #: Called with the run directory once its files are closed and before it is sealed
         #: (the runtime issues the run's certificates there, so the seal lists them).
         self.before_seal: Callable[[Path], None] | None = None
@@ -352,7 +369,7 @@ class RunWriter:
         """
         clean = record if scrubbed else redact_obj(record)
         with self._lock:
-            self._check_open()
+            self._writable()
             seq = self._seq + 1
             self._events.write_line(encode_line({"seq": seq, "at": now_iso(), "record": clean}))
             self._seq = seq
@@ -366,7 +383,7 @@ class RunWriter:
         ``started``, so the tables can say how long the call took: ``at`` is written
         once it returned."""
         with self._lock:
-            self._check_open()
+            self._writable()
             call = self._model_calls + 1
             line = {"call": call, "at": now_iso(), "kind": kind, "request": request, "reply": reply}
             if started is not None:
@@ -378,7 +395,7 @@ class RunWriter:
     def record_catalogue(self, catalogue: list[dict[str, Any]]) -> None:
         """Write the tool catalogue as tools.jsonl's ``call: 0`` line."""
         with self._lock:
-            self._check_open()
+            self._writable()
             line = {"call": 0, "at": now_iso(), "catalogue": catalogue}
             self._tools.write_line(encode_line(redact_obj(line), canonical=True))
 
@@ -388,7 +405,7 @@ class RunWriter:
 
         (Its start is the ``tool_call`` record's time, written just before the dispatch.)"""
         with self._lock:
-            self._check_open()
+            self._writable()
             call = self._tool_calls + 1
             line = {"call": call, "at": now_iso(), "tool": tool,
                     "arguments": arguments, "result": result}
@@ -403,7 +420,7 @@ class RunWriter:
     def _merge_meta(self, fields: dict[str, Any]) -> None:
         scrubbed = redact_obj(fields)
         with self._lock:
-            self._check_open()
+            self._writable()
             now = now_iso()
             meta = dict(self._meta, updated_at=now, last_seq=self._seq)
             meta["meta"] = {**self._meta["meta"], **scrubbed}
@@ -417,7 +434,9 @@ class RunWriter:
             self._meta = meta
 
     def close(self) -> None:
-        """Close the files and release the lock; safe to call twice."""
+        """Close the files and release the lock; safe to call twice. A run written to is
+        given its certificates (``before_seal``) and sealed; one that was not is left as
+        it was found."""
         with self._lock:
             if self._closed:
                 return
@@ -426,6 +445,8 @@ class RunWriter:
                 self._flusher.close()  # the call logs are on disk before their fds close
                 for file in (self._events, self._model, self._tools):
                     file.close()
+                if not self._written:
+                    return
                 if self.before_seal is not None:
                     self.before_seal(self.path)
                 if self._signer is not None:
@@ -453,6 +474,18 @@ class RunWriter:
     def _check_open(self) -> None:
         if self._closed:
             raise EvalkitError(f"run {self.run_id} is closed; nothing more can be recorded.")
+
+    def _writable(self) -> None:
+        """Before a write (under the lock): the run is open, and no longer sealed."""
+        self._check_open()
+        if not self._written:
+            _check_seal(self.path, self._signer)  # again: nothing altered it since the open
+            try:
+                _unseal(self.path)
+            except OSError as exc:
+                raise RecordingFailed(
+                    f"cannot reopen run {self.run_id}: {exc.strerror or exc}.") from None
+            self._written = True
 
     def _release(self) -> None:
         if self._lock_fd is not None:

@@ -254,10 +254,17 @@ def test_a_writer_issues_before_its_seal_so_the_seal_lists_them(tmp_path: Path) 
     certs.write_text(certs.read_text().replace('"holds"', '"violated"', 1))
     check_, problems = Checker(trust).folder(run)
     assert check_.tampered and "certificates.jsonl line 1 differs" in problems[0]
-    # Reopening the run drops its seal and its certificates: the next close issues them anew.
+    # Writing to the reopened run drops its seal and its certificates: the next close issues
+    # them anew. A writer closed without writing leaves the run as it found it.
     certs.write_text(certs.read_text().replace('"violated"', '"holds"', 1))
+    files = {f.name: f.read_bytes() for f in run.iterdir() if f.name != "lock"}
     RunWriter(run, durable=False, signer=signer).close()
-    assert not certs.exists()
+    assert {f.name: f.read_bytes() for f in run.iterdir() if f.name != "lock"} == files
+    reopened = RunWriter(run, durable=False, signer=signer)
+    assert certs.exists() and (run / "manifest.json").exists()
+    reopened.append(good_run()[-1])
+    assert not certs.exists() and not (run / "manifest.json").exists()
+    reopened.close()
 
 
 def test_the_runtime_certifies_a_governed_run_as_it_closes(governed: Any) -> None:  # noqa: F811

@@ -139,8 +139,13 @@ def test_a_resume_after_the_checkpoint_expired_is_refused(paused: Paused) -> Non
     later = _checkpoints(folder, clock=lambda: time.time() + PAUSE_SECONDS + 1)
     assert later.expire_due() == [approval_id]
     items = [call("mcp.submit", **SUBMIT), answer("done")]
+    run_dir = folder / "runs" / run_id
+    recorded = {f.name: f.read_bytes() for f in run_dir.iterdir() if f.name != "lock"}
+    assert "certificates.jsonl" in recorded
     done = _run(folder, _resume(folder, run_id, approval_id, items, "late", env), env)
     assert done.returncode == 2
+    # refused: the paused run keeps every file as it was, its certificates and seal included
+    assert {f.name: f.read_bytes() for f in run_dir.iterdir() if f.name != "lock"} == recorded
     assert (f"run {run_id} is not resumed: its checkpoint for approval {approval_id} cannot "
             "be used: it expired before it was resumed") in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -102,8 +102,16 @@ def test_a_concluded_run_is_refused_naming_its_outcome(lab: Lab, word: str) -> N
     else:
         done = lab.record([call("mcp.add", a=1, b=1)], steps=1)
     assert done.meta["outcome"] == word
+    recorded = _files(done.run_dir)
+    assert "certificates.jsonl" in recorded and "manifest.json" in recorded
     with pytest.raises(EvalkitError, match=f"ended {word}: that is a conclusion"):
         _resume(lab, done.launched.outcome.run_id, [answer("again")])
+    assert _files(done.run_dir) == recorded  # refused: nothing recorded is dropped or re-sealed
+
+
+def _files(run_dir: Path) -> dict[str, bytes]:
+    """A run directory's files and their bytes (its lock aside: it names the last holder)."""
+    return {f.name: f.read_bytes() for f in run_dir.iterdir() if f.name != "lock"}
 
 
 def test_a_caveated_answer_is_a_conclusion_too(lab: Lab) -> None:
@@ -124,8 +132,10 @@ def test_a_live_run_and_a_different_objective_are_refused(lab: Lab) -> None:
     run_id = first.launched.outcome.run_id
     with RunWriter(first.run_dir), pytest.raises(EvalkitError, match="another live process"):
         _resume(lab, run_id, [answer("x")])
+    recorded = _files(first.run_dir)
     with pytest.raises(EvalkitError, match="takes the objective from the record"):
         _resume(lab, run_id, [answer("x")], objective="something else")
+    assert _files(first.run_dir) == recorded
     # the same objective is fine
     assert _resume(lab, run_id, [answer("x")], objective="add 2 and 3").meta["outcome"] == \
         "answered"
