@@ -51,10 +51,12 @@ class Recording:
         self._lock = threading.RLock()
         self._writer: RunWriter | None = None
         if root is not None:
+            from evalkit.gate.certificates import close_certified
             from evalkit.store.orphans import close_orphans
 
             store = RunStore(Path(root), signer=signer)
-            close_orphans(store)  # a gate killed mid-run gets its last word, as missions do
+            # A gate killed mid-run gets its last word, as missions do.
+            close_orphans(store, close=close_certified)
             self._writer = store.create({"source": SOURCE, "objective": objective,
                                          "policy_hash": policy_hash, **dict(meta or {})})
             self._writer.record_catalogue([])

@@ -121,6 +121,7 @@ class Mission:
 
     def open(self) -> Mission:
         """Open the run directory and the sink, write ``mission_started``."""
+        from evalkit.gate.certificates import close_certified
         from evalkit.store.orphans import close_orphans
         from evalkit.store.seal import signer_or_none
 
@@ -140,7 +141,8 @@ class Mission:
             if root is not None:
                 signer, _ = signer_or_none(env)
                 store = RunStore(root, signer=signer)
-                close_orphans(store)  # runs whose process died get their last word
+                # Runs whose process died get their last word, closed as this one will be.
+                close_orphans(store, close=close_certified)
                 self._writer = store.create(self._run_meta())
                 self.run_id = self._writer.run_id
                 self._record(lambda w: w.record_catalogue(self._catalogue))

@@ -225,6 +225,7 @@ def launch(settings: MissionSettings, *, observer: Observer | None = None,
 
 def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer | None,
             notice: Callable[[str], None] | None) -> Launched:
+    from evalkit.gate.certificates import close_certified
     from evalkit.runtime.backends import make_backend
     from evalkit.runtime.governance.reach import governed_folders
     from evalkit.runtime.tools import ResultStore, ToolPlane
@@ -241,7 +242,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
     env = {**env, **door.env}
     root = store.root if store is not None else None
     if store is not None:
-        close_orphans(store, keep=door.keep)  # runs whose process died get their last word
+        # Runs whose process died get their last word, closed as this run will be.
+        close_orphans(store, keep=door.keep, close=close_certified)
     manifest, approvals = _governance_parts(settings, env, notice)
     governed = governed_folders(env)
     hide(governed)  # before any tool exists

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,13 @@ ORPHANED = "orphaned"
 
 
 def close_orphans(store: RunStore, *, keep: Iterable[str] = (),
+                  close: Callable[[RunWriter], None] = RunWriter.close,
                   stale_after_s: float = STALE_AFTER_S, now: float | None = None) -> list[str]:
-    """Close every orphan in ``store`` (except ids in ``keep``); returns the ids closed."""
+    """Close every orphan in ``store`` (except ids in ``keep``); returns the ids closed.
+
+    ``close`` closes each orphan's writer: the runtime, the gate and the recorder pass
+    ``evalkit.gate.certificates.close_certified``, the way they close their own runs, so
+    an orphan's folder holds the certificates any closed run of theirs holds."""
     spared = set(keep)
     clock = time.time() if now is None else now
     closed = []
@@ -48,21 +53,22 @@ def close_orphans(store: RunStore, *, keep: Iterable[str] = (),
         path = store.root / run_id
         if not _stale(path, clock, stale_after_s) or _meta_says_closed(path) or lock_held(path):
             continue
-        if close_orphan(path, signer=store.signer):
+        if close_orphan(path, signer=store.signer, close=close):
             closed.append(run_id)
     return closed
 
 
-def close_orphan(path: Path, *, signer: Signer | None = None) -> bool:
+def close_orphan(path: Path, *, signer: Signer | None = None,
+                 close: Callable[[RunWriter], None] = RunWriter.close) -> bool:
     """Close one run if it is still unfinished once its lock is ours; True when closed
-    (and sealed by ``signer``, when given)."""
+    (with ``close``, and sealed by ``signer``, when given)."""
     if _finished(path):
         return False  # decided without taking the lock: a closed run is not touched at all
     try:
         writer = RunWriter(path, signer=signer)
     except EvalkitError:
         return False  # alive after all, or unreadable: never guess
-    with writer:
+    try:
         records = read_events_file(path / layout.EVENTS_FILE).records
         if records and records[-1].get("event") == "mission_finished":
             return False  # closed meanwhile
@@ -74,6 +80,8 @@ def close_orphan(path: Path, *, signer: Signer | None = None) -> bool:
                        "reason": ORPHANED})
         writer.update_meta(outcome="incomplete", reason=ORPHANED, steps=steps,
                            orphaned_at=now_iso())
+    finally:
+        close(writer)
     return True
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evalkit.contract import conforms
+from evalkit.gate.certificates import read_certificates, recompute
 from evalkit.store.orphans import STALE_AFTER_S, close_orphans
 from evalkit.store.reader import read_stream
 from evalkit.store.runstore import RunStore, RunWriter
@@ -55,6 +56,9 @@ def test_the_next_mission_closes_an_orphan_and_leaves_a_live_run_alone(lab: Lab)
         assert conforms(last) == []
         meta = _meta(orphan)
         assert meta["outcome"] == "incomplete" and meta["orphaned_at"].endswith("Z")
+        # closed as the mission closes its own run: with certificates that hold of its records
+        assert (done.run_dir / "certificates.jsonl").is_file()
+        assert read_certificates(orphan) and recompute(orphan) == []
         assert digest(live_path) == before
     finally:
         live.close()
