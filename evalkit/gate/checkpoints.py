@@ -60,6 +60,8 @@ REFUSALS = ("unknown", "exists", "run_mismatch", "definition_mismatch", "expired
             "not_pending", "not_leased", "lease_mismatch", "lease_expired")
 #: The longest lease a caller may take, in seconds.
 MAX_LEASE_SECONDS = 24 * 3600
+#: A checkpoint this resume may lease: (id, run id, definition hash, now) bound in order.
+_LEASABLE = "id=? AND state='pending' AND run_id=? AND definition_hash=? AND expires_at>?"
 #: ``EVALKIT_CHECKPOINT_FAULT=after_successor`` kills the process (SIGKILL) between
 #: persisting a successor and consuming its predecessor: for the crash tests.
 FAULT_ENV = "EVALKIT_CHECKPOINT_FAULT"
@@ -242,8 +244,7 @@ class CheckpointStore:
             deadline = now + lease_seconds
             won = conn.execute(
                 "UPDATE checkpoints SET state='leased', lease_token=?, leased_at=?, "
-                "lease_deadline=?, operator=?, audit_ref=? WHERE id=? AND state='pending' "
-                "AND run_id=? AND definition_hash=? AND expires_at>?",
+                f"lease_deadline=?, operator=?, audit_ref=? WHERE {_LEASABLE}",
                 (token, now, deadline, operator, audit_ref, checkpoint_id, run_id,
                  definition_hash, now)).rowcount == 1
             refusal = None if won else self._why_not_leased(conn, checkpoint_id, run_id,
@@ -255,6 +256,19 @@ class CheckpointStore:
             raise refusal
         return Lease(checkpoint_id, run_id, definition_hash, token, deadline, operator,
                      audit_ref)
+
+    def refusal(self, checkpoint_id: str, *, run_id: str, definition_hash: str
+                ) -> CheckpointRefused | None:
+        """Why ``approve_and_lease`` would refuse this checkpoint now (None: it would lease
+        it), leasing nothing: a resume asks before it starts anything. A checkpoint that
+        cannot be leased never can be again, so the answer holds; one that can is still
+        won by one resume only, at the lease."""
+        with self._tx() as conn:
+            now = self.clock()
+            if conn.execute(f"SELECT 1 FROM checkpoints WHERE {_LEASABLE}",
+                            (checkpoint_id, run_id, definition_hash, now)).fetchone():
+                return None
+            return self._why_not_leased(conn, checkpoint_id, run_id, definition_hash, now)
 
     def open(self, lease: Lease) -> bytes | dict[str, Any]:
         """The paused state, decrypted, while ``lease`` is live.

@@ -276,6 +276,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
         control = ControlChannel.open(settings.control) if settings.control else None
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
+            if settings.approval is not None:
+                _refuse_before_starting(settings, approvals, pauses, door.resume)
             try:
                 plane.start()
             except EvalkitError:
@@ -397,6 +399,20 @@ def _swarm(settings: MissionSettings) -> tuple[type[Run], dict[str, Any]]:
     from evalkit.runtime.swarm import SwarmRun
 
     return SwarmRun, {"parallel": settings.swarm_parallel}
+
+
+def _refuse_before_starting(settings: MissionSettings, approvals: Any, pauses: Any,
+                            point: Any) -> None:
+    """What refuses ``--approval`` (and a resume's checkpoint) without the tool plane is
+    said before any server starts, in the sentence the door or the lease would say later.
+    A yes that does not hold up (``decision_problem``) is not refused here: its call is
+    denied in the run, and its checkpoint is not leased."""
+    from evalkit.runtime.governance.approvals import decision_problem
+    from evalkit.runtime.governance.governor import approved_record
+
+    record = approved_record(settings.approval or "", approvals)
+    if pauses is not None and point is not None and decision_problem(record) is None:
+        pauses.refuse_early(settings, point, settings.approval or "")
 
 
 def _check_swarm_resume(point: Any) -> None:

@@ -124,6 +124,19 @@ class Pauses:
                                f"{problem} (the checkpoint is failed, state_invalid)")
         return lease
 
+    def refuse_early(self, settings: MissionSettings, point: ResumePoint,
+                     approval_id: str) -> None:
+        """Refuse now, before the resume starts its tool plane, with ``take``'s own sentence,
+        when the checkpoint its approval names could not be leased (spent, expired,
+        rejected, another run's or agent's); ``take`` still decides, at the lease."""
+        if self.store.get(approval_id) is None:
+            return
+        run_id = point.writer.run_id
+        refused = self.store.refusal(approval_id, run_id=run_id,
+                                     definition_hash=definition_hash(settings))
+        if refused is not None:
+            raise EvalkitError(_refusal(run_id, approval_id, refused, self._state(approval_id)))
+
     def fail(self, lease: Lease, code: str) -> None:
         """The resume could not finish: the checkpoint is failed with ``code``, never retried."""
         with contextlib.suppress(CheckpointRefused):

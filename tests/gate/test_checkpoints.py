@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -111,6 +112,30 @@ def test_a_lease_is_bound_to_its_run_and_definition(store: CheckpointStore,
         _lease(store, "nope")
     assert caught.value.reason == "unknown"
     assert store.get("c1").state == "pending"  # type: ignore[union-attr]
+
+
+def test_refusal_says_what_the_lease_would_and_leases_nothing(store: CheckpointStore,
+                                                             clock: Clock) -> None:
+    """``refusal`` is asked before a resume starts anything: the lease's own reason for each
+    case, and a leasable checkpoint left pending for the lease to decide."""
+    store.save_pending("c1", RUN, DEF, b"s", clock.now + 60)
+    assert store.refusal("c1", run_id=RUN, definition_hash=DEF) is None
+    assert store.get("c1").state == "pending"  # type: ignore[union-attr]
+    for run, definition, reason in ((RUN, DEF, None), ("run-2", DEF, "run_mismatch"),
+                                    (RUN, "sha256:other", "definition_mismatch")):
+        found = store.refusal("c1", run_id=run, definition_hash=definition)
+        assert (found.reason if found is not None else None) == reason
+    assert store.refusal("nope", run_id=RUN, definition_hash=DEF).reason == "unknown"  # type: ignore[union-attr]
+    store.consume(_lease(store))
+    spent = store.refusal("c1", run_id=RUN, definition_hash=DEF)
+    assert spent is not None and spent.reason == "not_pending"
+    with pytest.raises(CheckpointRefused, match=re.escape(str(spent))):
+        _lease(store)
+    store.save_pending("c2", RUN, DEF, b"s", clock.now + 60)
+    clock.now += 61
+    late = store.refusal("c2", run_id=RUN, definition_hash=DEF)
+    assert late is not None and late.reason == "expired"
+    assert store.get("c2").state == "expired"  # type: ignore[union-attr]
 
 
 def test_n_threads_race_for_the_lease_and_exactly_one_wins(tmp_path: Path,

@@ -8,6 +8,7 @@ checkpoint name that folder.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -264,3 +265,33 @@ def test_resumers_racing_through_take_get_one_lease(paused: Paused,
     assert set(refused) == {f"run {run_id} is not resumed: its checkpoint for approval "
                             f"{approval_id} cannot be used: another resume of it is running "
                             "(a paused run is resumed once)"}
+
+
+def test_a_refused_resume_starts_no_tool_server(tmp_path: Path) -> None:
+    """What refuses a resume without the tool plane (an approval not decided yes, a checkpoint
+    that cannot be leased) is said before any MCP server starts: the paused run's server, a
+    wrapper that notes each start, is started by the pause and by nothing refused after."""
+    env = _env(tmp_path)
+    starts = tmp_path / "starts.log"
+    server = shlex.join(["sh", "-c", f'echo started >> {shlex.quote(str(starts))}; exec "$@"',
+                         "sh", *shlex.split(STUB)])
+    script = write_script(tmp_path / "first.json", [call("mcp.submit", **SUBMIT)])
+    done = cli(tmp_path, "mission", "submit it", "--script", str(script), "--mcp-stdio", server,
+               "--gate-tool", "mcp.submit", "--grant", "mcp.write", "--events", "paused.jsonl",
+               env=env)
+    assert done.returncode == 0, done.stderr
+    records = read_jsonl(tmp_path / "paused.jsonl")
+    run_id, approval_id = records[0]["run_id"], records[-2]["approval_id"]
+    started = starts.read_text()
+    assert started.count("started") >= 1
+    items = [call("mcp.submit", **SUBMIT), answer("done")]
+    undecided = _run(tmp_path, _resume(tmp_path, run_id, approval_id, items, "u", env), env)
+    assert undecided.returncode == 2 and "has not been decided yet" in undecided.stderr
+    _approve(tmp_path, approval_id, env)
+    _checkpoints(tmp_path).reject(approval_id, operator="ops", reason_code="withdrawn")
+    withdrawn = _run(tmp_path, _resume(tmp_path, run_id, approval_id, items, "w", env), env)
+    assert withdrawn.returncode == 2
+    assert (f"run {run_id} is not resumed: its checkpoint for approval {approval_id} cannot be "
+            "used: it is rejected") in withdrawn.stderr
+    assert len(withdrawn.stderr.strip().splitlines()) == 1
+    assert starts.read_text() == started

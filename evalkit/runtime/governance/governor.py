@@ -93,6 +93,19 @@ class Gate:
     origin: Mapping[str, str] = field(default_factory=dict)
 
 
+def approved_record(approval_id: str, approvals: ApprovalStore | None) -> dict[str, Any]:
+    """The approval ``--approval`` names, refused in one sentence unless it was decided yes:
+    what can be said of it before the mission's tool plane starts (whether the plane offers
+    its tool is asked at the door)."""
+    if approvals is None:
+        raise EvalkitError("--approval needs the approvals folder, but EVALKIT_APPROVALS "
+                           "switches it off")
+    record = approvals.get(approval_id)
+    if record.get("state") != "approved":
+        raise EvalkitError(unusable(record))
+    return record
+
+
 class Governor:
     """Profile, grants, closed set, gates, one admitted approval, the audit log."""
 
@@ -170,12 +183,7 @@ class Governor:
     def _admit(approval_id: str, approvals: ApprovalStore | None,
                catalogue: Sequence[ToolDescriptor], profile: str,
                grants: Sequence[str]) -> dict[str, Any]:
-        if approvals is None:
-            raise EvalkitError("--approval needs the approvals folder, but EVALKIT_APPROVALS "
-                               "switches it off")
-        record = approvals.get(approval_id)
-        if record.get("state") != "approved":
-            raise EvalkitError(unusable(record))
+        record = approved_record(approval_id, approvals)
         tool = record.get("tool")
         descriptor = next((d for d in catalogue if d.name == tool), None)
         if descriptor is None:
