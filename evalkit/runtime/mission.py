@@ -277,7 +277,8 @@ def _launch(door: Any, store: Any, env: Mapping[str, str], *, observer: Observer
         sink = EventSink.open(settings.events) if settings.events else None
         with sigterm_cancels(token):
             if settings.approval is not None:
-                _refuse_before_starting(settings, approvals, pauses, door.resume)
+                _refuse_before_starting(settings, settings.approval, approvals, pauses,
+                                        door.resume)
             try:
                 plane.start()
             except EvalkitError:
@@ -401,8 +402,8 @@ def _swarm(settings: MissionSettings) -> tuple[type[Run], dict[str, Any]]:
     return SwarmRun, {"parallel": settings.swarm_parallel}
 
 
-def _refuse_before_starting(settings: MissionSettings, approvals: Any, pauses: Any,
-                            point: Any) -> None:
+def _refuse_before_starting(settings: MissionSettings, approval_id: str, approvals: Any,
+                            pauses: Any, point: Any) -> None:
     """What refuses ``--approval`` (and a resume's checkpoint) without the tool plane is
     said before any server starts, in the sentence the door or the lease would say later.
     A yes that does not hold up (``decision_problem``) is not refused here: its call is
@@ -410,9 +411,9 @@ def _refuse_before_starting(settings: MissionSettings, approvals: Any, pauses: A
     from evalkit.runtime.governance.approvals import decision_problem
     from evalkit.runtime.governance.governor import approved_record
 
-    record = approved_record(settings.approval or "", approvals)
+    record = approved_record(approval_id, approvals)
     if pauses is not None and point is not None and decision_problem(record) is None:
-        pauses.refuse_early(settings, point, settings.approval or "")
+        pauses.refuse_early(settings, point, approval_id)
 
 
 def _check_swarm_resume(point: Any) -> None:
